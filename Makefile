@@ -57,12 +57,12 @@ $(BUILD)/libdsr1.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/%.o: %.c | $(BUILD)/embedded.h
+$(BUILD)/%.o: %.c | $(BUILD)/embedded.h $(BUILD)/.deps-ok
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(if $(findstring _avx512,$<),$(AVX512)) -MMD -MP -c $< -o $@
 
 # Prompts and templates are embedded by a small C embedder built first.
-$(BUILD)/embed: tools/embed.c
+$(BUILD)/embed: tools/embed.c | $(BUILD)/.deps-ok
 	@mkdir -p $(BUILD)
 	$(CC) -std=c11 -O1 -Wall -Wextra -Werror -o $@ $<
 $(BUILD)/embedded.c $(BUILD)/embedded.h: $(BUILD)/embed $(PROMPTS)
@@ -102,8 +102,12 @@ install: dsr1
 	install -m 644 $(wildcard man/*.1) $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 644 $(wildcard man/*.5) $(DESTDIR)$(PREFIX)/share/man/man5/
 
-deps-ok:
+# Objects wait for the package check (order-only), so `make -j` on a fresh
+# machine installs the headers before the first compile needs them.
+deps-ok: $(BUILD)/.deps-ok
+$(BUILD)/.deps-ok: tools/deps.sh
 	@sh tools/deps.sh
+	@mkdir -p $(BUILD) && touch $@
 
 gpu-summary:
 	@echo "dsr1 $(VERSION): CPU ✓  CUDA $(if $(filter 1,$(CUDA)),✓ (nvcc found; no kernels yet),✗)  HIP $(if $(filter 1,$(HIP)),✓ (hipcc found; no kernels yet),✗)"
