@@ -1,8 +1,10 @@
 /*
  * main.c - entry point: picks the subcommand and hands over argv.
  */
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -31,8 +33,22 @@ static void usage(FILE *f)
     fprintf(f, "\n  version     print the version\n\nSee dsr1(1).\n");
 }
 
+/* Started with stdin, stdout or stderr closed (`<&-`), the first file we
+ * open would take that number: `run --in -` would then read the model file
+ * as JSONL, and payload or messages would land in a file we opened. Fill
+ * each closed one with /dev/null first. */
+static void open_std_fds(void)
+{
+    for (int fd = 0; fd < 3; fd++) {
+        if (fcntl(fd, F_GETFD) != -1) continue;
+        int n = open("/dev/null", fd ? O_WRONLY : O_RDONLY);
+        if (n >= 0 && n != fd) close(n); /* cannot happen: lower ones are open by now */
+    }
+}
+
 int main(int argc, char **argv)
 {
+    open_std_fds();
     if (argc < 2) {
         usage(stderr);
         return 2;

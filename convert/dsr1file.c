@@ -131,7 +131,8 @@ static int fail_io(dsr1_error *err, const char *path, const char *what)
 
 static int map_file(dsr1_file *f, dsr1_error *err)
 {
-    f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO in place of the file must not block the open. */
+    f->fd = open(f->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (f->fd < 0) return fail_io(err, f->path, "cannot open");
     struct stat st;
     if (fstat(f->fd, &st) != 0) return fail_io(err, f->path, "cannot stat");

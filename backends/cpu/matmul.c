@@ -312,8 +312,10 @@ static void matmul_run(dsr1_pool *p, const dsr1_wmat *w, const dsr1_wmat *up, co
         uj.y = (float *)((char *)mem + bytes);
         uj.ldy = w->rows;
     }
+    /* mem is NULL when nothing needs scratch (total == 0): NULL + 0 is
+     * undefined in C (clang's UBSan stops on it), so no arithmetic then. */
     mm_task mt = {.job = &j, .up = up ? &uj : NULL, .rows_per_task = per,
-                  .task_mem = (char *)mem + bytes + tmp_bytes,
+                  .task_mem = mem ? (char *)mem + bytes + tmp_bytes : NULL,
                   .rows = avx ? dsr1_mm_rows_avx512 : dsr1_mm_rows_portable};
     dsr1_pool_run(p, run_task, &mt, ntasks);
     free(owned);
