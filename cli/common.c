@@ -224,6 +224,9 @@ static void load_progress(double frac, const char *what, void *ctx)
                        what ? what : "");
 }
 
+/* Set by --verify (dsr1_common_gen_flag); read when a model is opened. */
+static int verify_on_load;
+
 int dsr1_common_open_model(dsr1_model **m, const char *path, const char *backend,
                            int threads, int quiet, dsr1_error *err)
 {
@@ -237,6 +240,7 @@ int dsr1_common_open_model(dsr1_model **m, const char *path, const char *backend
     o.threads = threads;
     o.progress = load_progress;
     o.progress_ctx = &c;
+    o.verify = verify_on_load;
     double t0 = dsr1_common_now();
     int rc = dsr1_model_open(m, path, &o, err);
     dsr1_common_status_clear(&st);
@@ -649,6 +653,10 @@ int dsr1_common_gen_flag(const char *cmd, dsr1_gen_flags *f, int c, const char *
         [DSR1_GEN_SPEC - DSR1_GEN_OPT_BASE] = {"--spec-draft", -1, 8, 1},
     };
     if (c < DSR1_GEN_OPT_BASE || c >= DSR1_GEN_OPT_END) return -1;
+    if (c == DSR1_GEN_VERIFY) {
+        verify_on_load = 1;
+        return 0;
+    }
     int i = c - DSR1_GEN_OPT_BASE;
     double x;
     if (dsr1_common_opt_num(cmd, t[i].flag, v, t[i].lo, t[i].hi, t[i].integer, &x)) return 2;

@@ -129,7 +129,7 @@ enum {
     DSR1_GEN_OPT_BASE = 1000,
     DSR1_GEN_MAXTOK = DSR1_GEN_OPT_BASE, DSR1_GEN_TEMP, DSR1_GEN_TOPP, DSR1_GEN_TOPK,
     DSR1_GEN_MINP, DSR1_GEN_REP, DSR1_GEN_SEED, DSR1_GEN_CTX, DSR1_GEN_THREADS,
-    DSR1_GEN_SPEC, DSR1_GEN_OPT_END
+    DSR1_GEN_SPEC, DSR1_GEN_VERIFY, DSR1_GEN_OPT_END
 };
 /* getopt_long entries for the flags above, to splice into a command's table. */
 #define DSR1_GEN_LONGOPTS                                                               \
@@ -142,7 +142,8 @@ enum {
     {"seed", required_argument, 0, DSR1_GEN_SEED},                                    \
     {"ctx", required_argument, 0, DSR1_GEN_CTX},                                      \
     {"threads", required_argument, 0, DSR1_GEN_THREADS},                              \
-    {"spec-draft", required_argument, 0, DSR1_GEN_SPEC}
+    {"spec-draft", required_argument, 0, DSR1_GEN_SPEC},                              \
+    {"verify", no_argument, 0, DSR1_GEN_VERIFY}
 
 typedef struct dsr1_gen_flags {
     dsr1_sampling *sampling; /* where the sampling flags go (caller's struct) */
@@ -151,6 +152,8 @@ typedef struct dsr1_gen_flags {
     int spec_draft;          /* -1 adaptive (default), 0 off, 1..8 */
 } dsr1_gen_flags;
 
+/* --verify (no value) makes every later dsr1_common_open_model hash the
+ * whole file against its directory before loading (dsr1 verify's check). */
 /* If c is one of the DSR1_GEN_* codes, parse v into f and return 0 (or 2
  * after printing a usage error naming cmd and the flag); -1 when c is not
  * one of them. */

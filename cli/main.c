@@ -23,6 +23,7 @@ static const struct {
     {"logits", dsr1_cmd_logits, "write raw logits for given ids (for checking against references)"},
     {"eval", dsr1_cmd_eval, "compare a fast compute path with the float32 reference"},
     {"bench", dsr1_cmd_bench, "measure prefill, decode, speculative decoding, tokenizer speed"},
+    {"verify", dsr1_cmd_verify, "check every hash a .dsr1 file stores (payloads included)"},
 };
 
 static void usage(FILE *f)

@@ -37,6 +37,9 @@ typedef struct dsr1_model_options {
     /* Called while loading with a fraction in [0,1]; may be NULL. */
     void (*progress)(double frac, const char *what, void *ctx);
     void *progress_ctx;
+    /* Non-zero: hash every tensor's payload against the directory before
+     * loading (reads the whole file once; see dsr1(5), "What is checked"). */
+    int verify;
 } dsr1_model_options;
 
 int dsr1_model_open(dsr1_model **out, const char *path, const dsr1_model_options *opt,

@@ -283,9 +283,25 @@ static const char *act_label(const dsr1_model *m)
     return "bf16 compute";
 }
 
+typedef struct verify_cb {
+    const dsr1_model_options *o;
+} verify_cb;
+
+static void verify_progress(uint64_t done, uint64_t total, void *ctx)
+{
+    const verify_cb *v = ctx;
+    if (v->o->progress)
+        v->o->progress(total ? (double)done / (double)total : 1.0, "verifying hashes",
+                       v->o->progress_ctx);
+}
+
 static int load(dsr1_model *m, const char *path, const dsr1_model_options *o, dsr1_error *err)
 {
     DSR1_TRY(dsr1_file_open(&m->file, path, err));
+    if (o && o->verify) { /* payload hashes: only on request (reads the whole file) */
+        verify_cb v = {o};
+        DSR1_TRY(dsr1_file_verify(m->file, verify_progress, &v, err));
+    }
     DSR1_TRY(load_config(m, err));
     const dsr1_config *c = &m->cfg;
     /* Limits of fixed-size scratch in rope/routing (far above any release). */
