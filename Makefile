@@ -81,14 +81,40 @@ $(BUILD)/dsr1-test: $(TEST_OBJ) $(BUILD)/libdsr1cli.a $(BUILD)/libdsr1.a
 $(BUILD)/gen_%: tests/gen_%.c $(BUILD)/libdsr1.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-test: deps-ok $(BIN) $(BUILD)/dsr1-test $(TOOLS)
+# Fuzz targets (tests/fuzz/fuzz_<name>.c, one per parser of outside data).
+# `make test` replays each over tests/fuzz/corpus/<name>/ through a small
+# driver built with the normal compiler; `make fuzz` builds them with clang
+# -fsanitize=fuzzer,address,undefined and runs each for FUZZ_TIME seconds.
+FUZZ_SRC    := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_NAMES  := $(FUZZ_SRC:tests/fuzz/fuzz_%.c=%)
+FUZZ_REPLAY := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
+FUZZ_TIME   ?= 60
+FUZZ_TARGETS ?= $(FUZZ_NAMES)
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c tests/fuzz/fuzz.h $(BUILD)/libdsr1cli.a $(BUILD)/libdsr1.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $(filter %.c %.a,$^) $(LDLIBS)
+$(BUILD)/libfuzzer/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(BUILD)/libdsr1cli.a $(BUILD)/libdsr1.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fsanitize=fuzzer -o $@ $(filter %.c %.a,$^) $(LDLIBS)
+
+fuzz:
+	@sh tools/deps.sh fuzz
+	$(MAKE) BUILD=build-fuzz CC=clang OPT=-O1 \
+	    SAN="-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
+	    $(FUZZ_TARGETS:%=build-fuzz/libfuzzer/fuzz_%)
+	@sh tools/fuzz.sh build-fuzz $(FUZZ_TIME) $(FUZZ_TARGETS)
+
+test: deps-ok $(BIN) $(BUILD)/dsr1-test $(TOOLS) $(FUZZ_REPLAY)
 	@DSR1=$(abspath $(BIN)) BUILD=$(abspath $(BUILD)) $(BUILD)/dsr1-test $(T)
 
-# The suite under AddressSanitizer + UndefinedBehaviorSanitizer, in its own tree.
+# The suite under AddressSanitizer + UndefinedBehaviorSanitizer, in its own
+# tree: build-san, or build-san-clang for `make check CC=clang` (so objects of
+# the two compilers never mix).
+BUILD_SAN ?= $(if $(findstring clang,$(notdir $(CC))),build-san-clang,build-san)
 check: deps-ok
-	$(MAKE) BUILD=build-san OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
-	    build-san/dsr1-test build-san/dsr1 $(patsubst $(BUILD)/%,build-san/%,$(TOOLS))
-	ASAN_OPTIONS=detect_leaks=1 DSR1_SANITIZED=1 DSR1=$(abspath build-san/dsr1) BUILD=$(abspath build-san) build-san/dsr1-test $(T)
+	$(MAKE) BUILD=$(BUILD_SAN) OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
+	    $(BUILD_SAN)/dsr1-test $(BUILD_SAN)/dsr1 $(patsubst $(BUILD)/%,$(BUILD_SAN)/%,$(TOOLS) $(FUZZ_REPLAY))
+	ASAN_OPTIONS=detect_leaks=1 DSR1_SANITIZED=1 DSR1=$(abspath $(BUILD_SAN)/dsr1) BUILD=$(abspath $(BUILD_SAN)) $(BUILD_SAN)/dsr1-test $(T)
 
 demo: deps-ok $(BIN) $(TOOLS)
 	@sh tools/demo.sh
@@ -113,16 +139,17 @@ gpu-summary:
 	@echo "dsr1 $(VERSION): CPU ✓  CUDA $(if $(filter 1,$(CUDA)),✓ (nvcc found; no kernels yet),✗)  HIP $(if $(filter 1,$(HIP)),✓ (hipcc found; no kernels yet),✗)"
 
 clean:
-	rm -rf build build-san build-clang dsr1
+	rm -rf build build-san build-san-clang build-clang build-fuzz dsr1
 
 help:
 	@echo "make          build ./dsr1"
 	@echo "make test     build and run the test suite (T=substring filters tests)"
-	@echo "make check    the test suite under ASan + UBSan"
+	@echo "make check    the test suite under ASan + UBSan (CC=clang: with clang, in build-san-clang)"
+	@echo "make fuzz     run each fuzz target FUZZ_TIME s (default 60; FUZZ_TARGETS=name... picks)"
 	@echo "make demo     convert the bundled demo checkpoint and run prompts on it"
 	@echo "make bench    benchmarks (tokenizer, convert, decode/prefill)"
 	@echo "make install  PREFIX=/usr/local: binary and man pages"
 	@echo "options: CUDA=0 HIP=0 CC=clang OPT=-O3"
 
-.PHONY: all test check demo bench install deps-ok gpu-summary clean help
+.PHONY: all test check fuzz demo bench install deps-ok gpu-summary clean help
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
