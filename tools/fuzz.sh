@@ -20,7 +20,8 @@ for name in "$@"; do
         -timeout=20 -rss_limit_mb=4096 -max_len=65536 -print_final_stats=1 \
         -artifact_prefix="$build/crashes/$name-" "$work" "tests/fuzz/corpus/$name" >"$log" 2>&1
     rc=$?
-    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
+    execs=$(sed -n 's/^Done \([0-9]*\) runs.*/\1/p' "$log" | tail -n 1)
+    [ -n "$execs" ] || execs=$(sed -n 's/^#\([0-9]*\).*/\1/p' "$log" | tail -n 1)
     cov=$(grep -o 'cov: [0-9]*' "$log" | tail -n 1)
     if [ $rc -eq 0 ]; then
         echo "fuzz $name: ${execs:-?} runs in ${secs}s, ${cov:-cov: ?}, $(ls "$work" | wc -l) corpus inputs, no crash"
