@@ -466,6 +466,7 @@ size_t dsr1_common_reader_too_long(const dsr1_linereader *r) { return r->too_lon
  * empty one with too_long set when it was over the limit. */
 static void give_line(dsr1_linereader *r, char **line, size_t *len, size_t start, size_t n)
 {
+    if (r->max_line && n > r->max_line) r->skipping = 1; /* whole in the buffer, still too long */
     if (r->skipping) {
         r->too_long = r->skipped + n;
         r->skipping = 0;

@@ -306,7 +306,13 @@ static int prompt_loop(dsr1_engine *e, dsr1_gen *g, int seq, dsr1_finish *fin, d
         rc = dsr1_engine_step(e, ev, &n, err);
         for (size_t i = 0; !rc && i < n; i++) {
             if (ev[i].seq != seq) continue;
-            if (ev[i].token >= 0 && dsr1_gen_push(g, ev[i].token, err) < 0) rc = DSR1_ENOMEM;
+            int pushed = ev[i].token >= 0 ? dsr1_gen_push(g, ev[i].token, err) : 0;
+            if (pushed < 0) rc = DSR1_ENOMEM;
+            if (pushed == 1) { /* a --stop string: the answer ends here */
+                dsr1_engine_cancel(e, seq);
+                *fin = DSR1_FINISH_STOP;
+                break;
+            }
             if (ev[i].finish == DSR1_FINISH_ERROR)
                 rc = dsr1_errorf(err, DSR1_EIO, "generation failed: %s",
                                  ev[i].message ? ev[i].message : "engine error");

@@ -125,7 +125,7 @@ static int scan_input(dsr1_run_plan *p, const dsr1_run_opts *o, dsr1_error *err)
         if (first && n_dup++ < 3) {
             size_t u = strlen(dups);
             char *again = dsr1_run_line_id(line, len, line_no, &custom, &bad, msg, sizeof msg);
-            snprintf(dups + u, sizeof dups - u, "%sid %.80s on lines %ld and %ld", u ? ", " : "",
+            snprintf(dups + u, sizeof dups - u, "%s%.80s on lines %ld and %ld", u ? ", " : "",
                      again ? again : "?", first, line_no);
             free(again);
         }
@@ -133,8 +133,8 @@ static int scan_input(dsr1_run_plan *p, const dsr1_run_opts *o, dsr1_error *err)
     dsr1_run_idset_free(&seen);
     dsr1_common_reader_close(r);
     if (!rc && n_dup)
-        rc = dsr1_errorf(err, DSR1_EINVAL, "%s: %d duplicate id%s (%s%s); ids must be unique, "
-                         "since --resume finds finished requests by id", o->in, n_dup,
+        rc = dsr1_errorf(err, DSR1_EINVAL, "%s: duplicate id%s %s%s; ids must be unique, "
+                         "since --resume finds finished requests by id", o->in,
                          n_dup > 1 ? "s" : "", dups, n_dup > 3 ? ", ..." : "");
     return rc;
 }
