@@ -812,3 +812,45 @@ DSR1_TEST(run_resume_zst_refuses_damage)
     CHECK_OK(dsr1_common_read_back(p, count_line, &n, note, sizeof note, &e), &e);
     CHECK_EQ_INT(n, 19);
 }
+
+typedef struct sink_buf {
+    char s[512];
+    size_t n;
+} sink_buf;
+
+static void sink_answer(void *ctx, dsr1_gen_kind kind, const char *text, size_t len)
+{
+    sink_buf *b = ctx;
+    if (kind != DSR1_GEN_ANSWER || b->n + len >= sizeof b->s) return;
+    memcpy(b->s + b->n, text, len);
+    b->n += len;
+    b->s[b->n] = 0;
+}
+
+DSR1_TEST(run_gen_stream_never_shows_stop)
+{
+    /* The streamed answer (prompt mode's stdout) holds back what a stop
+     * string spelled over several tokens could still claim, so the stop
+     * string never reaches the terminal; without a match everything is
+     * streamed by the end. */
+    dsr1_tokenizer *tk = load_tokenizer();
+    if (!tk) DSR1_SKIP("tokenizer fixture did not load");
+    char *stop[1] = {"STOP"};
+    dsr1_gen g;
+    dsr1_error e = {0};
+    sink_buf b = {{0}, 0};
+    CHECK_OK(dsr1_gen_init(&g, tk, 1, 0, stop, 1, sink_answer, &b, &e), &e);
+    CHECK_EQ_INT(push_text(&g, tk, "The answer is 4.ST"), 0);
+    CHECK(strstr(b.s, "ST") == NULL); /* held back: it may become STOP */
+    CHECK_EQ_INT(push_text(&g, tk, "OP and more"), 1);
+    CHECK_OK(dsr1_gen_finish(&g, &e), &e);
+    CHECK_STR(b.s, "The answer is 4.");
+    dsr1_gen_free(&g);
+    sink_buf c = {{0}, 0};
+    CHECK_OK(dsr1_gen_init(&g, tk, 1, 0, stop, 1, sink_answer, &c, &e), &e);
+    CHECK_EQ_INT(push_text(&g, tk, "no stop ST here"), 0);
+    CHECK_OK(dsr1_gen_finish(&g, &e), &e);
+    CHECK_STR(c.s, "no stop ST here");
+    dsr1_gen_free(&g);
+    dsr1_tokenizer_free(tk);
+}
