@@ -112,8 +112,10 @@ static int scan_input(dsr1_run_plan *p, const dsr1_run_opts *o, dsr1_error *err)
     size_t len;
     while (!(rc = dsr1_common_reader_next(r, &line, &len, err)) && line) {
         line_no++;
-        if (dsr1_common_reader_too_long(r) || blank(line, len)) continue;
-        p->total++;
+        int too_long = dsr1_common_reader_too_long(r) != 0;
+        if (!too_long && blank(line, len)) continue;
+        p->total++; /* an over-long line gets a record too */
+        if (too_long) continue;
         int custom, bad;
         char msg[8];
         char *id = dsr1_run_line_id(line, len, line_no, &custom, &bad, msg, sizeof msg);
