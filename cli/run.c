@@ -210,6 +210,8 @@ static int check_args(run_args *a, int argc, char **argv)
     if (!a->o.in && !a->prompt) return dsr1_cli_usage("run", "give --in FILE or a prompt");
     if (a->o.in && a->prompt) return dsr1_cli_usage("run", "give --in FILE or a prompt, not both");
     if (a->o.resume && !a->o.in) return dsr1_cli_usage("run", "--resume needs --in and --out");
+    if (a->template_name && dsr1_template_parse_name(a->template_name) < 0)
+        return dsr1_cli_usage("run", "--template %s: expected v3, r1 or raw", a->template_name);
     return 0;
 }
 

@@ -35,6 +35,7 @@ expect 2 "is a file; did you mean --in $T/in.jsonl?" -m "$NOMODEL" "$T/in.jsonl"
 expect 2 "unknown option --temprature (did you mean --temperature?)" -m "$NOMODEL" --temprature 0 hi
 expect 2 "unknown option --repeat_penalty (did you mean --repetition-penalty?)" -m "$NOMODEL" --repeat_penalty 1 hi
 expect 2 "max-tokens needs a value" -m "$NOMODEL" hi --max-tokens
+expect 2 "template v4: expected v3, r1 or raw" -m "$NOMODEL" --template v4 hi
 # 13.7: --in F --out F, and --in DIR, refused before anything is touched.
 cp "$T/in.jsonl" "$T/same.jsonl"
 expect 2 "the same file" -m "$M" --in "$T/same.jsonl" --out "$T/./same.jsonl" --overwrite
@@ -68,6 +69,12 @@ cat "$T/in.jsonl" >"$T/fifo" &
 [ "$(wc -l <"$T/f.jsonl")" -eq 2 ] || bad "FIFO input: $(wc -l <"$T/f.jsonl") records, expected 2"
 cat "$T/in.jsonl" | "$DSR1" run -q -m "$M" --ctx 256 --in /dev/stdin >"$T/s.jsonl" || bad "/dev/stdin failed"
 [ "$(wc -l <"$T/s.jsonl")" -eq 2 ] || bad "/dev/stdin: $(wc -l <"$T/s.jsonl") records, expected 2"
+
+if command -v bash >/dev/null; then # process substitution: /dev/fd/N, a pipe
+    bash -c '"$0" run -q -m "$1" --ctx 256 --in <(cat "$2")' "$DSR1" "$M" "$T/in.jsonl" >"$T/ps.jsonl" ||
+        bad "--in <(...) failed"
+    [ "$(wc -l <"$T/ps.jsonl")" -eq 2 ] || bad "--in <(...): $(wc -l <"$T/ps.jsonl") records, expected 2"
+fi
 
 # 12/13.11: duplicate ids refused up front, naming the lines; custom_id too.
 printf '{"id": "a", "prompt": "x"}\n{"id": "a", "prompt": "y"}\n{"id": "b", "prompt": "z"}\n' >"$T/dup.jsonl"
