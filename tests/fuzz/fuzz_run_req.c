@@ -20,9 +20,15 @@ static void one_line(const char *line, size_t len, long no)
     memset(&r, 0, sizeof r);
     dsr1_error err = {0};
     int rc = dsr1_run_req_parse(&r, line, len, no, &d, &err);
-    if (rc && r.id_json) free(dsr1_run_error_json(r.id_json, r.custom_id, err.msg));
+    if (rc && r.id_json) {
+        free(dsr1_run_error_json(r.id_json, r.custom_id, no, 0, "invalid_request", err.msg));
+        free(dsr1_run_error_json(r.id_json, r.custom_id, no, 1, "invalid_request", err.msg));
+    }
     dsr1_run_req_clear(&r);
     free(dsr1_run_record_id(line, len));
+    int custom = 0, bad = 0;
+    char msg[256];
+    free(dsr1_run_line_id(line, len, no, &custom, &bad, msg, sizeof msg));
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
