@@ -6,9 +6,9 @@
 #    "out of memory", never "invalid JSON" (cJSON returns NULL for both);
 #  - `dsr1 run` on the tiny model under limits from 100 to 700 MB: every
 #    run exits 0 (answered) or 1 with a last stderr line "dsr1: ..." (out of
-#    memory, cannot mmap, cannot start a thread); none dies on a signal (a segfault in engine cleanup, an abort
-#    on a failed allocation). At least one limit must fail and one succeed,
-#    so the sweep covers the boundary.
+#    memory, cannot mmap, cannot start a thread); none dies on a signal (a
+#    segfault in engine cleanup, an abort on a failed allocation). At least
+#    one limit must fail and one succeed, so the sweep covers the boundary.
 # Skipped under the sanitizers (ASan reserves terabytes of address space).
 set -u
 [ "${DSR1_SANITIZED:-0}" = 1 ] && { echo "ulimit -v cannot be used under ASan"; exit 77; }
