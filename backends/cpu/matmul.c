@@ -240,7 +240,7 @@ static void run_task(void *ctx, int task, int ntasks)
     dsr1_mm_job j = *mt->job;
     int64_t r0 = task * mt->rows_per_task, r1 = r0 + mt->rows_per_task;
     if (r1 > j.w->rows) r1 = j.w->rows;
-    j.task_mem = mt->task_mem + (size_t)task * j.task_bytes;
+    j.task_mem = mt->task_mem ? mt->task_mem + (size_t)task * j.task_bytes : NULL;
     mt->rows(&j, r0, r1);
     if (!mt->up) return;
     dsr1_mm_job u = *mt->up;
