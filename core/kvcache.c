@@ -117,7 +117,7 @@ int dsr1_kvcache_seq_alloc(dsr1_kvcache *kv, int *seq, dsr1_error *err)
 
 void dsr1_kvcache_seq_free(dsr1_kvcache *kv, int seq)
 {
-    if (seq < 0 || seq >= kv->max_seqs || !kv->used[seq]) return;
+    if (!kv || seq < 0 || seq >= kv->max_seqs || !kv->used[seq]) return;
     dsr1_kvcache_truncate(kv, seq, 0);
     kv->used[seq] = 0;
 }
