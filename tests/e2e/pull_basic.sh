@@ -1,0 +1,90 @@
+#!/bin/sh
+# pull_basic.sh - `dsr1 pull` against the fake Hub (tests/hub_server.py):
+# a 4-shard tiny checkpoint arrives in the Hugging Face cache layout
+# (blobs named by sha256 / git blob id, relative snapshot links, refs/main),
+# byte-identical to the source; LFS files come through the redirect to the
+# other host name, which never sees the token; stdout is the snapshot path
+# alone. A second pull fetches nothing. A blob placed by another tool is
+# not fetched again. --include selects files. The repo id then works where
+# a path does (info, convert, tokenize, -m).
+set -u
+. tests/e2e/lib/hub.sh
+fail=0
+no() { echo "FAIL: $*"; fail=1; }
+hub_repo acme/tiny --shard-mb 3 --tokenizer "$FIXTURES/tokenizer"
+SRC=$HUB_ROOT/acme/tiny
+hub_start
+export HF_TOKEN=hf_secret_for_the_api_only
+
+"$DSR1" pull acme/tiny --jobs 4 >"$TMPDIR/out" 2>"$TMPDIR/err" || { no "pull exit $?"; cat "$TMPDIR/err"; exit 1; }
+R=$HF_HUB_CACHE/models--acme--tiny
+COMMIT=$(cat "$R/refs/main")
+echo "$COMMIT" | grep -qE '^[0-9a-f]{40}$' || no "refs/main holds '$COMMIT'"
+[ "$(cat "$TMPDIR/out")" = "$R/snapshots/$COMMIT" ] || no "stdout: '$(cat "$TMPDIR/out")'"
+N=$(ls "$SRC" | wc -l)
+grep -q "$N files verified ($N fetched, 0 already cached)" "$TMPDIR/err" || { no "summary"; cat "$TMPDIR/err"; }
+grep -q "converting it (dsr1 convert) (the checkpoint's types) writes about" "$TMPDIR/err" ||
+    no "no mention of the conversion's size"
+n=0
+for f in $(cd "$SRC" && ls); do
+    n=$((n + 1))
+    link=$R/snapshots/$COMMIT/$f
+    [ -L "$link" ] || { no "$f: not a symlink"; continue; }
+    blob=$(readlink "$link")
+    case $blob in ../../blobs/*) ;; *) no "$f: link is not relative to blobs/: $blob" ;; esac
+    cmp -s "$link" "$SRC/$f" || no "$f: content differs"
+    name=${blob##*/}
+    case $f in
+    *.safetensors)
+        [ "$(sha256sum <"$SRC/$f" | cut -c1-64)" = "$name" ] || no "$f: blob not named by sha256" ;;
+    *)
+        want=$(python3 -c 'import hashlib,sys; d=open(sys.argv[1],"rb").read(); print(hashlib.sha1(b"blob %d\0" % len(d) + d).hexdigest())' "$SRC/$f")
+        [ "$want" = "$name" ] || no "$f: blob not named by its git blob id" ;;
+    esac
+done
+[ $n -ge 8 ] || no "expected 4 shards and 4 other files in the source, got $n"
+ls "$R/blobs" | grep -q incomplete && no "a .incomplete was left"
+# LFS through the other host, without the token; the API and resolve with it.
+[ "$(requests '^localhost:.* /_lfs/.*status=200')" -eq "$(ls "$SRC" | grep -c '\.safetensors$')" ] || { no "each shard downloaded once via localhost"; cat "$HUB_LOG"; }
+grep -q '^localhost:.*auth=yes' "$HUB_LOG" && no "the token went to the LFS host"
+grep -q '^127.0.0.1:.*/api/models/acme/tiny/revision/main.*auth=yes' "$HUB_LOG" || no "no token on the API call"
+
+# Again: nothing is downloaded.
+: >"$HUB_LOG"
+"$DSR1" pull acme/tiny >"$TMPDIR/out2" 2>"$TMPDIR/err" || no "second pull exit $?"
+[ "$(requests 'resolve|_lfs')" -eq 0 ] || { no "second pull downloaded:"; cat "$HUB_LOG"; }
+grep -q "$N files verified (0 fetched, $N already cached)" "$TMPDIR/err" || { no "second pull summary"; cat "$TMPDIR/err"; }
+cmp -s "$TMPDIR/out" "$TMPDIR/out2" || no "second stdout differs"
+
+# A cache filled by another tool (blob + ref, no links): only links are made.
+export HF_HUB_CACHE=$TMPDIR/other
+B=$HF_HUB_CACHE/models--acme--tiny/blobs
+mkdir -p "$B"
+cp "$R/blobs/$(readlink "$R/snapshots/$COMMIT/config.json" | sed 's|.*/||')" "$B/" 
+: >"$HUB_LOG"
+"$DSR1" pull acme/tiny --include '*.json' --quiet >/dev/null 2>"$TMPDIR/err" || { no "--include pull"; cat "$TMPDIR/err"; }
+[ -s "$TMPDIR/err" ] && { no "--quiet printed:"; cat "$TMPDIR/err"; }
+grep -q 'resolve/.*/config.json' "$HUB_LOG" && no "config.json fetched although its blob was there"
+[ "$(requests 'resolve/.*\.json')" -eq 3 ] || { no "expected 3 json fetched"; cat "$HUB_LOG"; }
+[ "$(ls "$HF_HUB_CACHE/models--acme--tiny/snapshots/$COMMIT" | wc -l)" -eq 4 ] || no "--include: want 4 json links"
+ls "$HF_HUB_CACHE/models--acme--tiny/snapshots/$COMMIT" | grep -q '\.safetensors$' && no "--include fetched shards"
+export HF_HUB_CACHE=$HF_HOME/hub
+
+# The repo id where a path goes.
+"$DSR1" info acme/tiny >"$TMPDIR/info" 2>&1 || no "info acme/tiny"
+grep -q "4 layers + 1 MTP" "$TMPDIR/info" || { no "info"; cat "$TMPDIR/info"; }
+[ "$("$DSR1" tokenize -m acme/tiny "Hello world")" = "$("$DSR1" tokenize -m "$SRC" "Hello world")" ] ||
+    no "tokenize -m acme/tiny"
+"$DSR1" convert acme/tiny@main -o "$TMPDIR/a.dsr1" --quiet 2>"$TMPDIR/err" || { no "convert acme/tiny@main"; cat "$TMPDIR/err"; }
+"$DSR1" convert "$SRC" -o "$TMPDIR/b.dsr1" --quiet || no "convert the source"
+"$DSR1" logits -m acme/tiny --ids 5 -o "$TMPDIR/l.f32" 2>"$TMPDIR/err" && no "-m on a checkpoint should fail"
+grep -q "a checkpoint directory, not a .dsr1 file" "$TMPDIR/err" || { no "-m message"; cat "$TMPDIR/err"; }
+"$DSR1" logits -m "$TMPDIR/a.dsr1" --ids 5,17 -o "$TMPDIR/a.f32" --threads 1 2>/dev/null &&
+"$DSR1" logits -m "$TMPDIR/b.dsr1" --ids 5,17 -o "$TMPDIR/b.f32" --threads 1 2>/dev/null &&
+cmp -s "$TMPDIR/a.f32" "$TMPDIR/b.f32" || no "model from the pulled repo gives other logits than from the source"
+"$DSR1" info acme/missing >/dev/null 2>"$TMPDIR/err"
+[ $? -eq 1 ] && grep -q "not in the Hugging Face cache .*dsr1 pull acme/missing" "$TMPDIR/err" ||
+    { no "missing repo id message"; cat "$TMPDIR/err"; }
+"$DSR1" pull not-a-repo >/dev/null 2>&1
+[ $? -eq 2 ] || no "pull of a non-repo-id should be a usage error"
+exit $fail
