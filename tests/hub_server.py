@@ -18,6 +18,7 @@ Faults, each for the first requests of a file only (so retries succeed):
   --fail PATH:CODE:COUNT  answer CODE to the first COUNT requests (429
                           and 503 carry Retry-After: 1)
   --corrupt PATH          serve the bytes with one flipped (every time)
+  --no-range PATH         ignore Range headers for PATH (answer 200, whole)
   --fake-size PATH:N      the model info claims N bytes
   --gated ORG/NAME        files need "Authorization: Bearer hf_good":
                           401 without it, 403 with another token
@@ -192,7 +193,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.error(404, "EntryNotFound", "Entry not found")
         for spec in faults(st.a.fail, path):
             code, count = spec.split(":")
-            if st.first("fail", path, int(count)):
+            if st.first("fail:" + spec, path, int(count)):
                 h = [("Retry-After", "1")] if code in ("429", "503") else []
                 return self.reply(int(code), b"try later", h)
         common = [("X-Repo-Commit", r.commit)]
@@ -210,7 +211,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         size, start, end = f["size"], 0, f["size"]
         rng = self.headers.get("Range")
         status = 200
-        if rng and rng.startswith("bytes="):
+        if rng and rng.startswith("bytes=") and path not in st.a.no_range:
             a, _, b = rng[6:].partition("-")
             start = int(a)
             end = min(int(b) + 1, size) if b else size
@@ -268,6 +269,7 @@ def main():
     ap.add_argument("--stall", action="append", default=[])
     ap.add_argument("--fail", action="append", default=[])
     ap.add_argument("--corrupt", action="append", default=[])
+    ap.add_argument("--no-range", action="append", default=[])
     ap.add_argument("--fake-size", action="append", default=[])
     ap.add_argument("--gated", action="append", default=[])
     a = ap.parse_args()
