@@ -249,14 +249,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     self.wfile.write(chunk)
                     sent += len(chunk)
             self.wfile.flush()
-            if stall is not None:
+            if stall is not None:  # logged now: the client is killed meanwhile
+                self.finish_log(status, sent)
+                sent = -1
                 time.sleep(30)
             if drop is not None or stall is not None:
                 self.close_connection = True
                 self.connection.shutdown(socket.SHUT_RDWR)
         except (BrokenPipeError, ConnectionResetError, OSError):
             self.close_connection = True
-        self.finish_log(status, sent)
+        if sent >= 0:
+            self.finish_log(status, sent)
 
 
 def main():
