@@ -394,6 +394,8 @@ static int fetch_file(shared *s, CURL *c, dsr1_hub_file *f, dsr1_error *err)
     if (!rc && verify(&x, part, err)) rc = 1;
     curl_slist_free_all(h);
     EVP_MD_CTX_free(x.md);
+    struct stat now;
+    if (rc && fstat(x.fd, &now) == 0 && now.st_size == 0) unlink(part); /* nothing to resume */
     if (!rc && fdatasync(x.fd) != 0) {
         dsr1_errorf(err, DSR1_EIO, "%s: %s", part, strerror(errno));
         rc = -1;
