@@ -161,6 +161,23 @@ static int same_fs(const char *out, const char *cache_dir, uint64_t *free_out)
     return stat(dir, &a) == 0 && stat(cache_dir, &b) == 0 && a.st_dev == b.st_dev;
 }
 
+/* --convert's output directory must take the file, checked before hours of
+ * download rather than after. */
+static int check_out_dir(const char *out)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", out);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    else snprintf(dir, sizeof dir, ".");
+    if (!dir[0]) snprintf(dir, sizeof dir, "/");
+    struct stat st;
+    if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode) && access(dir, W_OK) == 0) return 0;
+    fprintf(stderr, "dsr1: %s: cannot write the --convert output there (%s); nothing was "
+            "downloaded\n", dir, stat(dir, &st) != 0 ? strerror(errno) : "not a writable directory");
+    return 1;
+}
+
 static int check_space(const args *a, const dsr1_hub_plan *p, uint64_t need, uint64_t conv)
 {
     char b1[32], b2[32], b3[32];
@@ -281,6 +298,7 @@ int dsr1_cmd_pull(int argc, char **argv)
     signal(SIGXFSZ, SIG_IGN);
     dsr1_error err = {0};
     dsr1_hub_plan p;
+    if (a.convert && check_out_dir(a.out)) return 1;
     if (dsr1_hub_plan_create(&p, &a.o, &err)) return dsr1_cli_fail(&err);
     uint64_t need = p.bytes_total - p.bytes_cached - p.bytes_partial;
     uint64_t conv = convert_estimate(&p, a.type);
