@@ -334,7 +334,9 @@ static int get_info(const dsr1_hub_plan *p, const dsr1_hub_opts *o, membuf *b, d
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 30L);
     curl_easy_setopt(c, CURLOPT_TIMEOUT, 120L);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    int rc = 0, tries = o->max_retries > 0 ? o->max_retries : 8;
+    /* Fewer tries than a file gets: nothing is shown while this waits, and a
+     * Hub that cannot be reached at all should be said within seconds. */
+    int rc = 0, tries = o->max_retries > 0 && o->max_retries < 4 ? o->max_retries : 4;
     double wait = o->retry_wait > 0 ? o->retry_wait : 1;
     for (int t = 0;; t++) {
         b->len = 0;
