@@ -300,7 +300,7 @@ int dsr1_cmd_pull(int argc, char **argv)
     dsr1_hub_plan p;
     if (a.convert && check_out_dir(a.out)) return 1;
     if (dsr1_hub_plan_create(&p, &a.o, &err)) return dsr1_cli_fail(&err);
-    uint64_t need = p.bytes_total - p.bytes_cached - p.bytes_partial;
+    uint64_t need = p.bytes_total - p.bytes_cached - p.bytes_partial - p.bytes_dup;
     uint64_t conv = convert_estimate(&p, a.type);
     if (!a.quiet) describe(&a, &p, need, conv);
     if (check_space(&a, &p, need, conv)) {
@@ -315,15 +315,19 @@ int dsr1_cmd_pull(int argc, char **argv)
         dsr1_hub_plan_free(&p);
         return dsr1_cli_fail(&err);
     }
-    size_t fetched = 0;
+    size_t fetched = 0, dups = 0;
     uint64_t bytes = 0;
-    for (size_t i = 0; i < p.n_files; i++)
+    for (size_t i = 0; i < p.n_files; i++) {
         if (p.files[i].fetched) fetched++, bytes += p.files[i].size - p.files[i].partial;
+        dups += p.files[i].dup && !p.files[i].cached;
+    }
+    char dup_note[64] = "";
+    if (dups) snprintf(dup_note, sizeof dup_note, ", %zu the same as another", dups);
     double el = dsr1_common_now() - g.t0;
     char b[32];
     if (!a.quiet)
-        fprintf(stderr, "dsr1 pull: %zu files verified (%zu fetched, %zu already cached): %s "
-                "downloaded in %.1f s (%.0f MB/s)\n  %s\n", p.n_files, fetched, p.n_cached,
+        fprintf(stderr, "dsr1 pull: %zu files verified (%zu fetched, %zu already cached%s): %s "
+                "downloaded in %.1f s (%.0f MB/s)\n  %s\n", p.n_files, fetched, p.n_cached, dup_note,
                 dsr1_common_bytes((double)bytes, b, sizeof b), el, el > 0 ? (double)bytes / 1e6 / el : 0,
                 p.snapshot);
     printf("%s\n", p.snapshot);

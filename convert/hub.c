@@ -410,6 +410,8 @@ static int add_file(dsr1_hub_plan *p, const cJSON *s, dsr1_error *err)
     f->lfs = lfs != NULL;
     snprintf(f->blob, sizeof f->blob, "%s", lfs ? sha->valuestring : blob->valuestring);
     for (char *c = f->blob; *c; c++) *c = (char)tolower((unsigned char)*c);
+    for (size_t i = 0; i < p->n_files && !f->dup; i++) /* two workers must not write one blob */
+        if (!strcmp(p->files[i].blob, f->blob)) f->dup = i + 1;
     p->n_files++;
     p->bytes_total += f->size;
     return 0;
@@ -458,6 +460,10 @@ static int look_at_cache(dsr1_hub_plan *p, dsr1_error *err)
             f->cached = 1;
             p->n_cached++;
             p->bytes_cached += f->size;
+            continue;
+        }
+        if (f->dup) {
+            p->bytes_dup += f->size;
             continue;
         }
         snprintf(d, sizeof d, "%s/blobs/%s.incomplete", p->repo_dir, f->blob);
@@ -563,8 +569,11 @@ uint64_t dsr1_hub_delete_fetched(dsr1_hub_plan *p, const char *glob)
     for (size_t i = 0; i < p->n_files; i++) {
         dsr1_hub_file *f = &p->files[i];
         if (!f->fetched || fnmatch(glob, f->path, 0) != 0) continue;
-        snprintf(path, sizeof path, "%s/%s", p->snapshot, f->path);
-        unlink(path);
+        for (size_t j = 0; j < p->n_files; j++) /* its links, duplicates' too */
+            if (j == i || p->files[j].dup == i + 1) {
+                snprintf(path, sizeof path, "%s/%s", p->snapshot, p->files[j].path);
+                unlink(path);
+            }
         snprintf(path, sizeof path, "%s/blobs/%s", p->repo_dir, f->blob);
         if (unlink(path) == 0) freed += f->size;
         f->fetched = 0;

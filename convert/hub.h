@@ -42,6 +42,8 @@ typedef struct dsr1_hub_file {
     int cached;            /* the blob was already complete before this pull */
     int fetched;           /* this pull downloaded it (set by dsr1_hub_fetch) */
     uint64_t partial;      /* bytes of a .incomplete partial kept from before */
+    size_t dup;            /* 1 + index of an earlier file with the same blob
+                              (fetched once, linked twice); 0 if none */
     char error[256];       /* why this file failed, empty if it did not */
 } dsr1_hub_file;
 
@@ -58,6 +60,7 @@ typedef struct dsr1_hub_plan {
     uint64_t bytes_total;  /* all selected files */
     uint64_t bytes_cached; /* complete blobs already there */
     uint64_t bytes_partial;/* kept in .incomplete partials */
+    uint64_t bytes_dup;    /* not cached, but the same blob as an earlier file */
     uint64_t free_bytes;   /* free space on the cache's filesystem */
     char *token;           /* Authorization bearer token or NULL (owned) */
     int curl_init;         /* curl_global_init was called (undone by free) */

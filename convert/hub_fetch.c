@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -373,6 +374,12 @@ static int fetch_file(shared *s, CURL *c, dsr1_hub_file *f, dsr1_error *err)
     xfer x = {.s = s, .f = f, .md = EVP_MD_CTX_new()};
     x.fd = open(part, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     struct stat st;
+    if (x.fd >= 0 && flock(x.fd, LOCK_EX | LOCK_NB) != 0) { /* held until close */
+        close(x.fd);
+        EVP_MD_CTX_free(x.md);
+        return dsr1_errorf(err, DSR1_EIO, "%s: another process is downloading it (a second "
+                           "dsr1 pull of this repo?); run again when it is done", f->path), 1;
+    }
     if (x.fd < 0 || fstat(x.fd, &st) != 0) {
         int e = errno;
         if (x.fd >= 0) close(x.fd);
@@ -417,7 +424,8 @@ static void *worker(void *arg)
     CURL *c = curl_easy_init();
     for (;;) {
         pthread_mutex_lock(&s->mu);
-        while (s->next < s->p->n_files && s->p->files[s->next].cached) s->next++;
+        while (s->next < s->p->n_files && (s->p->files[s->next].cached || s->p->files[s->next].dup))
+            s->next++;
         if (!c || s->stop || s->next >= s->p->n_files || (s->o->cancel && *s->o->cancel)) {
             pthread_mutex_unlock(&s->mu);
             break;
@@ -464,7 +472,8 @@ static void report(shared *s, dsr1_hub_progress_fn fn, void *ctx)
     int n = s->n_notes;
     memcpy(notes, s->notes, sizeof notes[0] * (size_t)n);
     s->n_notes = 0;
-    dsr1_hub_progress pr = {atomic_load(&s->done), s->p->bytes_total - s->p->bytes_cached,
+    dsr1_hub_progress pr = {atomic_load(&s->done),
+                            s->p->bytes_total - s->p->bytes_cached - s->p->bytes_dup,
                             s->files_done, s->p->n_files, NULL};
     pthread_mutex_unlock(&s->mu);
     for (int i = 0; i < n && fn; i++) {
@@ -476,6 +485,21 @@ static void report(shared *s, dsr1_hub_progress_fn fn, void *ctx)
     pthread_mutex_lock(&s->mu);
 }
 
+/* Files with the blob of an earlier one: linked once that one is there. */
+static void link_dups(dsr1_hub_plan *p)
+{
+    for (size_t i = 0; i < p->n_files; i++) {
+        dsr1_hub_file *f = &p->files[i], *o = f->dup ? &p->files[f->dup - 1] : NULL;
+        if (!o || f->cached) continue;
+        dsr1_error e = {0};
+        if (o->error[0] || (!o->fetched && !o->cached))
+            snprintf(f->error, sizeof f->error, "%s: same content as %s, which failed", f->path,
+                     o->path);
+        else if (dsr1_hub_link(p, f, &e))
+            snprintf(f->error, sizeof f->error, "%s", e.msg);
+    }
+}
+
 int dsr1_hub_fetch(dsr1_hub_plan *p, const dsr1_hub_opts *o, dsr1_hub_progress_fn fn, void *ctx,
                    dsr1_error *err)
 {
@@ -483,7 +507,7 @@ int dsr1_hub_fetch(dsr1_hub_plan *p, const dsr1_hub_opts *o, dsr1_hub_progress_f
     size_t todo = 0;
     for (size_t i = 0; i < p->n_files; i++) {
         if (!p->files[i].cached) {
-            todo++;
+            todo += !p->files[i].dup;
             continue;
         }
         DSR1_TRY(dsr1_hub_link(p, &p->files[i], err)); /* fetched by another tool or run */
@@ -519,6 +543,7 @@ int dsr1_hub_fetch(dsr1_hub_plan *p, const dsr1_hub_opts *o, dsr1_hub_progress_f
         *err = s.fatal;
         return s.fatal_rc;
     }
+    link_dups(p);
     size_t failed = 0, first = 0;
     for (size_t i = p->n_files; i-- > 0;)
         if (p->files[i].error[0]) failed++, first = i;

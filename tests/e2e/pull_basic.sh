@@ -13,6 +13,8 @@ fail=0
 no() { echo "FAIL: $*"; fail=1; }
 hub_repo acme/tiny --shard-mb 3 --tokenizer "$FIXTURES/tokenizer"
 SRC=$HUB_ROOT/acme/tiny
+mkdir -p "$SRC/extra/deep" # a nested path, and the same content twice (one blob, two links)
+cp "$SRC/config.json" "$SRC/extra/deep/config.json"
 hub_start
 export HF_TOKEN=hf_secret_for_the_api_only
 
@@ -21,17 +23,21 @@ R=$HF_HUB_CACHE/models--acme--tiny
 COMMIT=$(cat "$R/refs/main")
 echo "$COMMIT" | grep -qE '^[0-9a-f]{40}$' || no "refs/main holds '$COMMIT'"
 [ "$(cat "$TMPDIR/out")" = "$R/snapshots/$COMMIT" ] || no "stdout: '$(cat "$TMPDIR/out")'"
-N=$(ls "$SRC" | wc -l)
-grep -q "$N files verified ($N fetched, 0 already cached)" "$TMPDIR/err" || { no "summary"; cat "$TMPDIR/err"; }
+N=$(cd "$SRC" && find . -type f | wc -l)
+grep -q "$N files verified ($((N - 1)) fetched, 0 already cached, 1 the same as another)" "$TMPDIR/err" || { no "summary"; cat "$TMPDIR/err"; }
 grep -q "converting it (dsr1 convert) (the checkpoint's types) writes about" "$TMPDIR/err" ||
     no "no mention of the conversion's size"
 n=0
-for f in $(cd "$SRC" && ls); do
+for f in $(cd "$SRC" && find . -type f | sed 's|^\./||'); do
     n=$((n + 1))
     link=$R/snapshots/$COMMIT/$f
     [ -L "$link" ] || { no "$f: not a symlink"; continue; }
     blob=$(readlink "$link")
-    case $blob in ../../blobs/*) ;; *) no "$f: link is not relative to blobs/: $blob" ;; esac
+    case $f in
+    */*/*) want=../../../../blobs/ ;;
+    *) want=../../blobs/ ;;
+    esac
+    case $blob in $want*) ;; *) no "$f: link is not relative to blobs/ ($want): $blob" ;; esac
     cmp -s "$link" "$SRC/$f" || no "$f: content differs"
     name=${blob##*/}
     case $f in
@@ -42,7 +48,8 @@ for f in $(cd "$SRC" && ls); do
         [ "$want" = "$name" ] || no "$f: blob not named by its git blob id" ;;
     esac
 done
-[ $n -ge 8 ] || no "expected 4 shards and 4 other files in the source, got $n"
+[ $n -ge 9 ] || no "expected 4 shards and 5 other files in the source, got $n"
+[ "$(requests 'resolve/[0-9a-f]*/(extra/deep/)?config.json ')" -eq 1 ] || no "one blob for two identical files should be fetched once"
 ls "$R/blobs" | grep -q incomplete && no "a .incomplete was left"
 # LFS through the other host, without the token; the API and resolve with it.
 [ "$(requests '^localhost:.* /_lfs/.*status=200')" -eq "$(ls "$SRC" | grep -c '\.safetensors$')" ] || { no "each shard downloaded once via localhost"; cat "$HUB_LOG"; }
@@ -66,7 +73,7 @@ cp "$R/blobs/$(readlink "$R/snapshots/$COMMIT/config.json" | sed 's|.*/||')" "$B
 [ -s "$TMPDIR/err" ] && { no "--quiet printed:"; cat "$TMPDIR/err"; }
 grep -q 'resolve/.*/config.json' "$HUB_LOG" && no "config.json fetched although its blob was there"
 [ "$(requests 'resolve/.*\.json')" -eq 3 ] || { no "expected 3 json fetched"; cat "$HUB_LOG"; }
-[ "$(ls "$HF_HUB_CACHE/models--acme--tiny/snapshots/$COMMIT" | wc -l)" -eq 4 ] || no "--include: want 4 json links"
+[ "$(find "$HF_HUB_CACHE/models--acme--tiny/snapshots/$COMMIT" -type l | wc -l)" -eq 5 ] || no "--include: want 5 json links"
 ls "$HF_HUB_CACHE/models--acme--tiny/snapshots/$COMMIT" | grep -q '\.safetensors$' && no "--include fetched shards"
 export HF_HUB_CACHE=$HF_HOME/hub
 

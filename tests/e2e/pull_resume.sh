@@ -27,6 +27,10 @@ while [ $i -lt 400 ]; do
     i=$((i + 1))
 done
 [ $i -lt 400 ] || { no "the stall was not reached (partial $part bytes, $links links)"; kill $pid; exit 1; }
+# A second pull of the same repo meanwhile: that file is locked, said so.
+"$DSR1" pull acme/tiny --include "$S3" >/dev/null 2>"$TMPDIR/err2"
+[ $? -eq 1 ] || no "a concurrent pull of a file being downloaded should fail"
+tail -1 "$TMPDIR/err2" | grep -q "$S3: another process is downloading it" || { no "lock message"; cat "$TMPDIR/err2"; }
 kill -INT $pid
 wait $pid
 rc=$?
