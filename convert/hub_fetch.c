@@ -258,7 +258,9 @@ static int classify(xfer *x, CURLcode cc, const char *part, char *why, size_t ca
         return TRY_AGAIN;
     }
     if (cc != CURLE_OK && transient_curl(cc)) {
-        snprintf(why, cap, "%s", curl_easy_strerror(cc));
+        snprintf(why, cap, "%s", cc == CURLE_PARTIAL_FILE ? "the connection closed early"
+                 : cc == CURLE_OPERATION_TIMEDOUT ? "no data for too long (--timeout)"
+                 : curl_easy_strerror(cc));
         return TRY_AGAIN;
     }
     if (x->status == 429 || x->status == 408 || x->status >= 500) {

@@ -56,6 +56,16 @@ ls "$R/blobs" | grep -q incomplete && no "a .incomplete was left"
 grep -q '^localhost:.*auth=yes' "$HUB_LOG" && no "the token went to the LFS host"
 grep -q '^127.0.0.1:.*/api/models/acme/tiny/revision/main.*auth=yes' "$HUB_LOG" || no "no token on the API call"
 
+# Not a terminal: no redrawn lines. A terminal (script(1)): the progress
+# line is redrawn in place with the files count.
+grep -q "$(printf '\r')" "$TMPDIR/err" && no "carriage returns in non-terminal output"
+if command -v script >/dev/null 2>&1; then
+    HF_HUB_CACHE=$TMPDIR/tty script -qc "\"$DSR1\" pull acme/tiny" "$TMPDIR/tty.out" >/dev/null 2>&1 ||
+        no "pull on a terminal failed"
+    grep -q "$(printf '\r\033')\[Kpulling \[.*\] .*%.* MB/s  ETA .*s  files [0-9]*/$N" "$TMPDIR/tty.out" ||
+        { no "no redrawn progress line on a terminal"; cat -A "$TMPDIR/tty.out" | head -20; }
+fi
+
 # Again: nothing is downloaded.
 : >"$HUB_LOG"
 "$DSR1" pull acme/tiny >"$TMPDIR/out2" 2>"$TMPDIR/err" || no "second pull exit $?"
