@@ -5,8 +5,8 @@
 # byte-identical to the source; LFS files come through the redirect to the
 # other host name, which never sees the token; stdout is the snapshot path
 # alone. A second pull fetches nothing. A blob placed by another tool is
-# not fetched again. --include selects files. The repo id then works where
-# a path does (info, convert, tokenize, -m).
+# not fetched again. --include selects files. http_proxy is honoured. The
+# repo id then works where a path does (info, convert, tokenize, -m).
 set -u
 . tests/e2e/lib/hub.sh
 fail=0
@@ -86,6 +86,18 @@ grep -q 'resolve/.*/config.json' "$HUB_LOG" && no "config.json fetched although 
 [ "$(find "$HF_HUB_CACHE/models--acme--tiny/snapshots/$COMMIT" -type l | wc -l)" -eq 5 ] || no "--include: want 5 json links"
 ls "$HF_HUB_CACHE/models--acme--tiny/snapshots/$COMMIT" | grep -q '\.safetensors$' && no "--include fetched shards"
 export HF_HUB_CACHE=$HF_HOME/hub
+
+# Through a proxy: HF_ENDPOINT names a host that only the proxy knows (the
+# fake Hub serves proxy requests too: an absolute URI in the request line).
+: >"$HUB_LOG"
+HF_HUB_CACHE=$TMPDIR/proxied HF_ENDPOINT=http://hub.invalid http_proxy=http://127.0.0.1:$HUB_PORT \
+    "$DSR1" pull acme/tiny --include config.json --quiet >/dev/null 2>"$TMPDIR/err" ||
+    { no "pull through http_proxy: exit $?"; cat "$TMPDIR/err"; }
+grep -q '^hub.invalid GET http://hub.invalid/api/models/acme/tiny/revision/main' "$HUB_LOG" &&
+grep -q '^hub.invalid GET http://hub.invalid/acme/tiny/resolve/.*/config.json .*status=200' "$HUB_LOG" ||
+    { no "requests did not go through the proxy:"; cat "$HUB_LOG"; }
+cmp -s "$TMPDIR/proxied/models--acme--tiny/snapshots/$COMMIT/config.json" "$SRC/config.json" ||
+    no "config.json through the proxy differs"
 
 # The repo id where a path goes.
 "$DSR1" info acme/tiny >"$TMPDIR/info" 2>&1 || no "info acme/tiny"
