@@ -2,7 +2,8 @@
 # pull_faults.sh - what a real download meets, in one pull with 4 parallel
 # connections: a connection dropped mid-file (resumed with a Range request,
 # so no byte is served twice), a 429 with Retry-After then success, a burst
-# of 5xx answers, a server that ignores Range (starts over). The pull ends
+# of 5xx answers, a server that ignores Range (starts over), a connection
+# that goes silent (--timeout, then resumed). The pull ends
 # verified with each retry said on stderr; the bytes served add up to the
 # checkpoint's size (plus the one restarted file).
 set -u
@@ -16,8 +17,8 @@ S2=model-00002-of-00004.safetensors
 S3=model-00003-of-00004.safetensors
 S4=model-00004-of-00004.safetensors
 hub_start --drop "$S4:500000" --no-range "$S4" --drop "$S1:1000000" --fail "$S2:429:1" --fail "$S3:503:1" --fail "$S3:500:1" \
-    --fail "$S3:502:1" --fail config.json:500:2
-"$DSR1" pull acme/tiny --jobs 4 >"$TMPDIR/out" 2>"$TMPDIR/err" || { no "pull exit $?"; cat "$TMPDIR/err"; }
+    --fail "$S3:502:1" --fail config.json:500:2 --stall model.safetensors.index.json:10000
+"$DSR1" pull acme/tiny --jobs 4 --timeout 2 >"$TMPDIR/out" 2>"$TMPDIR/err" || { no "pull exit $?"; cat "$TMPDIR/err"; }
 R=$HF_HUB_CACHE/models--acme--tiny
 SNAP=$(cat "$TMPDIR/out")
 for f in $(cd "$SRC" && ls); do cmp -s "$SNAP/$f" "$SRC/$f" || no "$f differs"; done
@@ -38,6 +39,10 @@ grep -q "$S2: HTTP 429; retrying in 1 s" "$TMPDIR/err" || { no "429 note"; cat "
 [ "$(grep -c "$S3: HTTP 50[023]; retrying" "$TMPDIR/err")" -eq 3 ] || { no "5xx notes"; cat "$TMPDIR/err"; }
 grep -q "config.json: HTTP 500; retrying in 1 s" "$TMPDIR/err" &&
 grep -q "config.json: HTTP 500; retrying in 2 s" "$TMPDIR/err" || { no "backoff should double (1 s, 2 s)"; cat "$TMPDIR/err"; }
+# A connection gone silent: given up after --timeout, resumed from byte 10000.
+grep -q "model.safetensors.index.json: no data for too long (--timeout); retrying in 1 s (10000 of" "$TMPDIR/err" ||
+    { no "stall note"; cat "$TMPDIR/err"; }
+grep -q "resolve/.*/model.safetensors.index.json range=bytes=10000- status=206" "$HUB_LOG" || no "stall: no resume"
 # Range ignored: the file starts over (said), and arrives whole.
 grep -q "$S4: .*retrying in 1 s (500000 of" "$TMPDIR/err" || { no "$S4 drop note"; cat "$TMPDIR/err"; }
 [ "$(requests "_lfs/.*range=bytes=500000- status=200")" -eq 1 ] || { no "$S4: no ranged request answered 200"; cat "$HUB_LOG"; }
