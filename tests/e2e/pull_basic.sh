@@ -114,6 +114,8 @@ cmp -s "$TMPDIR/a.f32" "$TMPDIR/b.f32" || no "model from the pulled repo gives o
 "$DSR1" info acme/missing >/dev/null 2>"$TMPDIR/err"
 [ $? -eq 1 ] && grep -q "not in the Hugging Face cache .*dsr1 pull acme/missing" "$TMPDIR/err" ||
     { no "missing repo id message"; cat "$TMPDIR/err"; }
+"$DSR1" info acme/missing.dsr1 >/dev/null 2>"$TMPDIR/err" # a file's name: no pull suggested
+grep -q "dsr1 pull" "$TMPDIR/err" && { no "a missing .dsr1 path got a pull suggestion"; cat "$TMPDIR/err"; }
 "$DSR1" pull not-a-repo >/dev/null 2>&1
 [ $? -eq 2 ] || no "pull of a non-repo-id should be a usage error"
 exit $fail
