@@ -17,7 +17,7 @@
 #define DSR1_MODEL_H
 
 #include "backends/backend.h"
-#include "convert/dsr1file.h"
+#include "core/dsr1file.h"
 #include "dsr1.h"
 
 typedef struct dsr1_layer_weights {
