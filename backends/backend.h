@@ -190,6 +190,15 @@ typedef struct dsr1_kv_layout {
 
 typedef struct dsr1_bkv dsr1_bkv; /* a backend's page storage */
 
+/* The row codec every backend stores with (core/kvcache.c), so a cache
+ * exported from one backend imports into another bit for bit. */
+size_t dsr1_kv_elem_size(dsr1_kv_type t); /* 4, 2, 1 */
+/* latent[nl] then pe[np] -> dst (nl + np elements of t), *scale (FP8). */
+void dsr1_kv_encode_row(dsr1_kv_type t, const float *latent, int nl, const float *pe, int np,
+                        void *dst, float *scale);
+/* row elements of t (with FP8 scale) -> out[row] float32. */
+void dsr1_kv_decode_row(dsr1_kv_type t, const void *src, float scale, int row, float *out);
+
 /* ---- a step ------------------------------------------------------------------- */
 
 /* The batch of one forward, given once at step_begin. Token t of the step

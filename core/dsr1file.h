@@ -117,6 +117,9 @@ int dsr1_file_open(dsr1_file **out, const char *path, dsr1_error *err);
 void dsr1_file_close(dsr1_file *f); /* NULL is a no-op */
 
 const char *dsr1_file_path(const dsr1_file *f);
+/* Whether [p, p + n) lies inside the file's mapping (a loader's last check
+ * before handing a pointer to a backend). */
+int dsr1_file_contains(const dsr1_file *f, const void *p, uint64_t n);
 const dsr1_file_header *dsr1_file_header_of(const dsr1_file *f);
 /* Metadata JSON text (NUL-terminated copy owned by f). */
 const char *dsr1_file_metadata(const dsr1_file *f);

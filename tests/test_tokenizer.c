@@ -19,7 +19,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "core/dsr1file.h"
+#include "convert/dsr1file.h"
 #include "core/tokenizer.h"
 #include "core/unicode.h"
 #include "test.h"
