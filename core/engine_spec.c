@@ -30,6 +30,8 @@
 
 #include <string.h>
 
+double dsr1_engine_draft_seconds(const dsr1_engine *e) { return e->t_draft; }
+
 void dsr1_engine_set_draft_override(dsr1_engine *e, dsr1_draft_fn fn, void *ctx)
 {
     e->override = fn;
