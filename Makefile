@@ -39,11 +39,24 @@ CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 TOOLS    := $(TOOL_SRC:tests/%.c=$(BUILD)/%)
 
+# GPU backends: shared libraries the registry dlopens at run time (next to
+# the binary, then $(PREFIX)/lib/dsr1), never linked into dsr1. Built by
+# `make` / `make cuda` / `make hip` when the compiler is found; `make test`
+# does not wait for them (nvcc takes minutes on 2 cores).
+CUDA_SRC  := $(wildcard backends/cuda/*.cu)
+CUDA_HDR  := $(wildcard backends/cuda/*.h backends/cuda/*.cuh) backends/backend.h
+CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90a,code=sm_90a
+NVFLAGS   ?= -std=c++17 -O3 -I. -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra -Werror all-warnings
+HIP_ARCH  ?= --offload-arch=gfx90a --offload-arch=gfx942
+HIPFLAGS  ?= -std=c++17 -O3 -I. -fPIC -fvisibility=hidden -Wall -Wextra -Werror -DDSR1_HIP -x hip
+GPU_DIR   := $(patsubst %/,%,$(dir $(BIN)))
+GPU_LIBS  := $(if $(filter 1,$(CUDA)),$(GPU_DIR)/libdsr1-cuda.so) $(if $(filter 1,$(HIP)),$(GPU_DIR)/libdsr1-hip.so)
+
 # The binary is ./dsr1 for the default tree; another BUILD tree (clang,
 # sanitizers) links its own copy inside that tree so ./dsr1 is never replaced.
 BIN     := $(if $(filter build,$(BUILD)),dsr1,$(BUILD)/dsr1)
 
-all: deps-ok $(BIN) gpu-summary
+all: deps-ok $(BIN) $(GPU_LIBS) gpu-summary
 
 $(BIN): $(BUILD)/cli/main.o $(BUILD)/libdsr1cli.a $(BUILD)/libdsr1.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
@@ -109,11 +122,25 @@ $(BUILD)/.deps-ok: tools/deps.sh
 	@sh tools/deps.sh
 	@mkdir -p $(BUILD) && touch $@
 
+$(BUILD)/cuda/%.o: backends/cuda/%.cu $(CUDA_HDR) | $(BUILD)/.deps-ok
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) $(CUDA_ARCH) -c $< -o $@
+# cudart linked statically: the library needs only the driver (libcuda.so.1).
+$(GPU_DIR)/libdsr1-cuda.so: $(CUDA_SRC:backends/cuda/%.cu=$(BUILD)/cuda/%.o)
+	$(NVCC) -shared -cudart static $(CUDA_ARCH) -Xlinker --no-undefined -o $@ $^ -ldl -lrt -lpthread
+$(BUILD)/hip/%.o: backends/cuda/%.cu $(CUDA_HDR) | $(BUILD)/.deps-ok
+	@mkdir -p $(dir $@)
+	$(HIPCC) $(HIPFLAGS) $(HIP_ARCH) -c $< -o $@
+$(GPU_DIR)/libdsr1-hip.so: $(CUDA_SRC:backends/cuda/%.cu=$(BUILD)/hip/%.o)
+	$(HIPCC) -shared $(HIP_ARCH) -o $@ $^
+cuda: $(GPU_DIR)/libdsr1-cuda.so
+hip: $(GPU_DIR)/libdsr1-hip.so
+
 gpu-summary:
-	@echo "dsr1 $(VERSION): CPU ✓  CUDA $(if $(filter 1,$(CUDA)),✓ (nvcc found; no kernels yet),✗)  HIP $(if $(filter 1,$(HIP)),✓ (hipcc found; no kernels yet),✗)"
+	@echo "dsr1 $(VERSION): CPU ✓  CUDA $(if $(filter 1,$(CUDA)),✓ ($(GPU_DIR)/libdsr1-cuda.so; untested on a GPU),✗)  HIP $(if $(filter 1,$(HIP)),✓ ($(GPU_DIR)/libdsr1-hip.so; untested on a GPU),✗)"
 
 clean:
-	rm -rf build build-san build-clang dsr1
+	rm -rf build build-san build-clang dsr1 libdsr1-cuda.so libdsr1-hip.so
 
 help:
 	@echo "make          build ./dsr1"
@@ -122,7 +149,9 @@ help:
 	@echo "make demo     convert the bundled demo checkpoint and run prompts on it"
 	@echo "make bench    benchmarks (tokenizer, convert, decode/prefill)"
 	@echo "make install  PREFIX=/usr/local: binary and man pages"
+	@echo "make cuda     only the CUDA backend library (libdsr1-cuda.so next to dsr1)"
+	@echo "make hip      only the HIP backend library (needs hipcc)"
 	@echo "options: CUDA=0 HIP=0 CC=clang OPT=-O3"
 
-.PHONY: all test check demo bench install deps-ok gpu-summary clean help
+.PHONY: all test check demo bench install deps-ok gpu-summary clean help cuda hip
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
