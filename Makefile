@@ -47,16 +47,21 @@ CUDA_SRC  := $(wildcard backends/cuda/*.cu)
 CUDA_HDR  := $(wildcard backends/cuda/*.h backends/cuda/*.cuh) backends/backend.h
 CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90a,code=sm_90a
 NVFLAGS   ?= -std=c++17 -O3 -I. -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra -Werror all-warnings
-HIP_ARCH  ?= --offload-arch=gfx90a --offload-arch=gfx942
+# gfx942 (MI300X) needs clang >= 17 (ROCm >= 5.7); Debian 12's hipcc 5.2
+# knows gfx940 at most, so that is what it gets.
+HIP_MI300 := $(if $(filter 1,$(HIP)),$(shell echo | $(HIPCC) -x hip --offload-arch=gfx942 -fsyntax-only - >/dev/null 2>&1 && echo gfx942 || echo gfx940))
+HIP_ARCH  ?= --offload-arch=gfx90a --offload-arch=$(HIP_MI300)
 HIPFLAGS  ?= -std=c++17 -O3 -I. -fPIC -fvisibility=hidden -Wall -Wextra -Werror -DDSR1_HIP -x hip
-GPU_DIR   := $(patsubst %/,%,$(dir $(BIN)))
-GPU_LIBS  := $(if $(filter 1,$(CUDA)),$(GPU_DIR)/libdsr1-cuda.so) $(if $(filter 1,$(HIP)),$(GPU_DIR)/libdsr1-hip.so)
+# Built in $(BUILD)/ (next to the test runner) and copied next to $(BIN).
+GPU_DIR    = $(patsubst %/,%,$(dir $(BIN)))
+GPU_NAMES := $(if $(filter 1,$(CUDA)),libdsr1-cuda.so) $(if $(filter 1,$(HIP)),libdsr1-hip.so)
+GPU_LIBS   = $(sort $(GPU_NAMES:%=$(BUILD)/%) $(GPU_NAMES:%=$(GPU_DIR)/%))
 
 # The binary is ./dsr1 for the default tree; another BUILD tree (clang,
 # sanitizers) links its own copy inside that tree so ./dsr1 is never replaced.
 BIN     := $(if $(filter build,$(BUILD)),dsr1,$(BUILD)/dsr1)
 
-all: deps-ok $(BIN) $(GPU_LIBS) gpu-summary
+all: deps-ok $(BIN) $(GPU_LIBS) $(if $(filter 1,$(CUDA)),$(BUILD)/cuda-host-check) gpu-summary
 
 $(BIN): $(BUILD)/cli/main.o $(BUILD)/libdsr1cli.a $(BUILD)/libdsr1.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
@@ -94,7 +99,7 @@ $(BUILD)/dsr1-test: $(TEST_OBJ) $(BUILD)/libdsr1cli.a $(BUILD)/libdsr1.a
 $(BUILD)/gen_%: tests/gen_%.c $(BUILD)/libdsr1.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-test: deps-ok $(BIN) $(BUILD)/dsr1-test $(TOOLS)
+test: deps-ok $(BIN) $(BUILD)/dsr1-test $(TOOLS) $(if $(filter 1,$(CUDA)),$(BUILD)/cuda-host-check)
 	@DSR1=$(abspath $(BIN)) BUILD=$(abspath $(BUILD)) $(BUILD)/dsr1-test $(T)
 
 # The suite under AddressSanitizer + UndefinedBehaviorSanitizer, in its own tree.
@@ -126,15 +131,24 @@ $(BUILD)/cuda/%.o: backends/cuda/%.cu $(CUDA_HDR) | $(BUILD)/.deps-ok
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) $(CUDA_ARCH) -c $< -o $@
 # cudart linked statically: the library needs only the driver (libcuda.so.1).
-$(GPU_DIR)/libdsr1-cuda.so: $(CUDA_SRC:backends/cuda/%.cu=$(BUILD)/cuda/%.o)
+$(BUILD)/libdsr1-cuda.so: $(CUDA_SRC:backends/cuda/%.cu=$(BUILD)/cuda/%.o)
 	$(NVCC) -shared -cudart static $(CUDA_ARCH) -Xlinker --no-undefined -o $@ $^ -ldl -lrt -lpthread
 $(BUILD)/hip/%.o: backends/cuda/%.cu $(CUDA_HDR) | $(BUILD)/.deps-ok
 	@mkdir -p $(dir $@)
 	$(HIPCC) $(HIPFLAGS) $(HIP_ARCH) -c $< -o $@
-$(GPU_DIR)/libdsr1-hip.so: $(CUDA_SRC:backends/cuda/%.cu=$(BUILD)/hip/%.o)
+$(BUILD)/libdsr1-hip.so: $(CUDA_SRC:backends/cuda/%.cu=$(BUILD)/hip/%.o)
 	$(HIPCC) -shared $(HIP_ARCH) -o $@ $^
-cuda: $(GPU_DIR)/libdsr1-cuda.so
-hip: $(GPU_DIR)/libdsr1-hip.so
+ifneq ($(BUILD),$(patsubst %/,%,$(dir $(BIN))))
+$(patsubst %/,%,$(dir $(BIN)))/libdsr1-%.so: $(BUILD)/libdsr1-%.so
+	cp $< $@
+endif
+# The CUDA code's host-checkable part (conversions, decoders, rounding
+# points, router) run on the CPU against the CPU's definitions: no GPU.
+$(BUILD)/cuda-host-check: tests/cuda_host_check.cu $(CUDA_HDR) $(BUILD)/libdsr1.a
+	$(NVCC) -std=c++17 -O1 -I. -Xcompiler -Wall,-Wextra,-ffp-contract=off -Werror all-warnings -cudart static \
+	    -o $@ $< $(BUILD)/libdsr1.a $(filter-out -pthread,$(LDLIBS)) -lpthread -lrt
+cuda: $(BUILD)/libdsr1-cuda.so $(GPU_DIR)/libdsr1-cuda.so
+hip: $(BUILD)/libdsr1-hip.so $(GPU_DIR)/libdsr1-hip.so
 
 gpu-summary:
 	@echo "dsr1 $(VERSION): CPU ✓  CUDA $(if $(filter 1,$(CUDA)),✓ ($(GPU_DIR)/libdsr1-cuda.so; untested on a GPU),✗)  HIP $(if $(filter 1,$(HIP)),✓ ($(GPU_DIR)/libdsr1-hip.so; untested on a GPU),✗)"

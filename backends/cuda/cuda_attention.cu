@@ -171,7 +171,7 @@ int cu_mla_init(void)
     /* the largest row the kernel takes: kv_lora_rank 512 + rope 64 */
     size_t smem = att_smem(ATT_MAXR + 64);
     if (dsr1_gpuFuncSetMaxDynSmem(k_mla_split, (int)smem) != dsr1_gpuSuccess) {
-        dsr1_gpuGetLastError();
+        (void)dsr1_gpuGetLastError();
         return -1;
     }
     return 0;

@@ -149,7 +149,13 @@ static int cu_probe(char *why, size_t n)
         return 0;
     }
 #endif
-    snprintf(why, n, "%d device%s, %s", count, count > 1 ? "s" : "", p.name);
+    int drv = 0;
+    (void)dsr1_gpuDriverGetVersion(&drv);
+    /* what `dsr1 info --hw` shows for the GPU */
+    snprintf(why, n, "%d device%s; 0: %s, %.1f GiB, %s %d.%d, %d SMs, driver %d.%d", count,
+             count > 1 ? "s" : "", p.name, (double)p.totalGlobalMem / (1 << 30),
+             DSR1_GPU_HIP ? "arch" : "compute capability", p.major, p.minor, p.multiProcessorCount,
+             drv / 1000, (drv % 1000) / 10);
     return 1;
 }
 
@@ -161,7 +167,7 @@ static int cu_create(const dsr1_backend_options *o, void **out, dsr1_error *err)
     if (!d) return cu_errorf(err, DSR1_ENOMEM, "%s backend: out of memory", DSR1_GPU_NAME);
     d->device = o ? o->device : 0;
     int count = 0;
-    dsr1_gpuGetDeviceCount(&count);
+    (void)dsr1_gpuGetDeviceCount(&count);
     if (d->device < 0 || d->device >= count) {
         free(d);
         return cu_errorf(err, DSR1_EINVAL, "%s backend: device %d, expected 0..%d", DSR1_GPU_NAME,
@@ -175,7 +181,7 @@ static int cu_create(const dsr1_backend_options *o, void **out, dsr1_error *err)
                          o ? o->device : 0, dsr1_gpuGetErrorString(dsr1_gpuGetLastError()));
     }
     if (cu_mla_init() != 0) {
-        dsr1_gpuStreamDestroy(d->stream);
+        (void)dsr1_gpuStreamDestroy(d->stream);
         free(d);
         return cu_errorf(err, DSR1_EUNSUPPORTED, "%s backend: the attention kernel's shared memory "
                          "is refused on this device", DSR1_GPU_NAME);
@@ -183,7 +189,7 @@ static int cu_create(const dsr1_backend_options *o, void **out, dsr1_error *err)
     const char *g = getenv("DSR1_CUDA_GRAPHS");
     d->graphs = !(g && !strcmp(g, "0"));
     size_t fr = 0, tot = 0;
-    dsr1_gpuMemGetInfo(&fr, &tot);
+    (void)dsr1_gpuMemGetInfo(&fr, &tot);
     snprintf(d->desc, sizeof d->desc, "%s (%s, sm_%d%d, %.1f GiB, %d SMs, warp %d, graphs %s)",
              DSR1_GPU_NAME, d->prop.name, d->prop.major, d->prop.minor, (double)tot / (1 << 30),
              d->prop.multiProcessorCount, DSR1_WARP, d->graphs ? "on" : "off");
@@ -197,11 +203,11 @@ static void cu_destroy(void *dev)
     if (!d) return;
     for (dsr1_bweight *w = d->weights, *nx; w; w = nx) {
         nx = w->next;
-        dsr1_gpuFree(w->d_data);
-        dsr1_gpuFree(w->d_scale);
+        (void)dsr1_gpuFree(w->d_data);
+        (void)dsr1_gpuFree(w->d_scale);
         free(w);
     }
-    dsr1_gpuStreamDestroy(d->stream);
+    (void)dsr1_gpuStreamDestroy(d->stream);
     free(d);
 }
 
@@ -243,8 +249,8 @@ static int upload(cu_dev *d, const void *src, size_t n, void **out, int fp8_byte
     if (!n) return 0;
     if (dsr1_gpuMalloc(out, n) != dsr1_gpuSuccess) {
         size_t fr = 0, tot = 0;
-        dsr1_gpuGetLastError();
-        dsr1_gpuMemGetInfo(&fr, &tot);
+        (void)dsr1_gpuGetLastError();
+        (void)dsr1_gpuMemGetInfo(&fr, &tot);
         return cu_errorf(err, DSR1_ENOMEM,
                          "%s: %s needs %.1f MiB of GPU memory, %.1f MiB free of %.1f MiB (%.1f GiB "
                          "of weights loaded); use a smaller type (convert --type int4) or --backend cpu",
@@ -296,7 +302,7 @@ static int cu_load(void *dev, const dsr1_wdesc *wd, dsr1_placement where, dsr1_b
         rc = upload(d, m->scale, sb * (size_t)(wd->count - 1) + scale_bytes(m), &w->d_scale, 0,
                     fp8 && m->scale_type == DSR1_T_F32, name, err);
     if (rc) {
-        dsr1_gpuFree(w->d_data);
+        (void)dsr1_gpuFree(w->d_data);
         free(w);
         return rc;
     }
@@ -317,7 +323,7 @@ static int cu_buf_create(void *dev, size_t n, dsr1_bbuf **out, dsr1_error *err)
     dsr1_bbuf *b = (dsr1_bbuf *)calloc(1, sizeof *b);
     if (!b) return cu_errorf(err, DSR1_ENOMEM, "%s: out of host memory", DSR1_GPU_NAME);
     if (dsr1_gpuMalloc((void **)&b->d, (n ? n : 1) * sizeof(float)) != dsr1_gpuSuccess) {
-        dsr1_gpuGetLastError();
+        (void)dsr1_gpuGetLastError();
         free(b);
         return cu_errorf(err, DSR1_ENOMEM, "%s: an activation buffer of %.1f MiB does not fit",
                          DSR1_GPU_NAME, n * 4 / 1048576.0);
@@ -331,7 +337,7 @@ static void cu_buf_free(void *dev, dsr1_bbuf *b)
 {
     (void)dev;
     if (!b) return;
-    dsr1_gpuFree(b->d);
+    (void)dsr1_gpuFree(b->d);
     free(b);
 }
 
@@ -348,10 +354,10 @@ static int cu_kv_create(void *dev, const dsr1_kv_layout *l, dsr1_bkv **out, dsr1
     size_t bytes = rows * (size_t)l->row * kv->elem;
     if (dsr1_gpuMalloc(&kv->d_data, bytes) != dsr1_gpuSuccess ||
         (l->type == DSR1_KV_FP8 && dsr1_gpuMalloc((void **)&kv->d_scale, rows * 4) != dsr1_gpuSuccess)) {
-        dsr1_gpuGetLastError();
+        (void)dsr1_gpuGetLastError();
         size_t fr = 0, tot = 0;
-        dsr1_gpuMemGetInfo(&fr, &tot);
-        dsr1_gpuFree(kv->d_data);
+        (void)dsr1_gpuMemGetInfo(&fr, &tot);
+        (void)dsr1_gpuFree(kv->d_data);
         free(kv);
         return cu_errorf(err, DSR1_ENOMEM, "%s: KV cache of %d pages needs %.1f MiB, %.1f MiB free",
                          DSR1_GPU_NAME, l->n_pages, bytes / 1048576.0, fr / 1048576.0);
@@ -364,8 +370,8 @@ static void cu_kv_free(void *dev, dsr1_bkv *kv)
 {
     (void)dev;
     if (!kv) return;
-    dsr1_gpuFree(kv->d_data);
-    dsr1_gpuFree(kv->d_scale);
+    (void)dsr1_gpuFree(kv->d_data);
+    (void)dsr1_gpuFree(kv->d_scale);
     free(kv);
 }
 
@@ -390,7 +396,7 @@ static int cu_kv_read(void *dev, dsr1_bkv *kv, int page, int layer, int first, i
     cu_dev *d = (cu_dev *)dev;
     DSR1_TRY(kv_range_ok(kv, page, layer, first, count, err));
     size_t r0 = kv_row0(kv, page, layer, first), rb = (size_t)kv->l.row * kv->elem;
-    dsr1_gpuStreamSynchronize(d->stream);
+    (void)dsr1_gpuStreamSynchronize(d->stream);
     dsr1_gpuError e = dsr1_gpuMemcpy(data, (char *)kv->d_data + r0 * rb, (size_t)count * rb,
                                      dsr1_gpuMemcpyDeviceToHost);
     if (e == dsr1_gpuSuccess && kv->d_scale && scale) {
@@ -426,7 +432,7 @@ static int cu_kv_write(void *dev, dsr1_bkv *kv, int page, int layer, int first, 
         from = tmp;
         sfrom = ts;
     }
-    dsr1_gpuStreamSynchronize(d->stream);
+    (void)dsr1_gpuStreamSynchronize(d->stream);
     dsr1_gpuError e = dsr1_gpuMemcpy((char *)kv->d_data + r0 * rb, from, nb, dsr1_gpuMemcpyHostToDevice);
     if (e == dsr1_gpuSuccess && kv->d_scale && sfrom)
         e = dsr1_gpuMemcpy(kv->d_scale + r0, sfrom, (size_t)count * 4, dsr1_gpuMemcpyHostToDevice);
@@ -461,12 +467,12 @@ static void cu_ws_free(void *wsp)
 {
     cu_ws *w = (cu_ws *)wsp;
     if (!w) return;
-    for (int i = 0; i < w->n_graphs; i++) dsr1_gpuGraphExecDestroy(w->graph[i].exec);
+    for (int i = 0; i < w->n_graphs; i++) (void)dsr1_gpuGraphExecDestroy(w->graph[i].exec);
     void *dev[] = {w->d_ids, w->d_pos, w->d_seq, w->d_table, w->d_arena, w->qcat, w->olat, w->h,
                    w->hu, w->hk, w->hku, w->slots, w->logits, w->wgt, w->sh, w->route, w->idx,
                    w->first, w->order, w->xrow, w->active_e, w->n_active, w->mla, w->xq};
-    for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) dsr1_gpuFree(dev[i]);
-    dsr1_gpuFreeHost(w->h_arena);
+    for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) (void)dsr1_gpuFree(dev[i]);
+    (void)dsr1_gpuFreeHost(w->h_arena);
     free(w->pend);
     free(w);
 }
@@ -505,14 +511,14 @@ static int ws_alloc(cu_ws *w)
     };
     for (size_t i = 0; i < sizeof a / sizeof *a; i++)
         if (dsr1_gpuMalloc(a[i].p, a[i].bytes ? a[i].bytes : 4) != dsr1_gpuSuccess) {
-            dsr1_gpuGetLastError();
+            (void)dsr1_gpuGetLastError();
             return -1;
         }
     /* staging: the step's arrays, page tables, gathers and reads */
     w->arena_cap = zmax((size_t)8 << 20, T * D * 4 * 4 + ((size_t)4 << 20));
     if (dsr1_gpuMallocHost((void **)&w->h_arena, w->arena_cap) != dsr1_gpuSuccess ||
         dsr1_gpuMalloc((void **)&w->d_arena, w->arena_cap) != dsr1_gpuSuccess) {
-        dsr1_gpuGetLastError();
+        (void)dsr1_gpuGetLastError();
         return -1;
     }
     return 0;
@@ -550,11 +556,11 @@ static void cu_ws_threads(void *ws, int threads)
 static int grow_table(cu_ws *w, size_t entries, dsr1_error *err)
 {
     if (entries <= w->table_cap) return 0;
-    dsr1_gpuFree(w->d_table);
+    (void)dsr1_gpuFree(w->d_table);
     w->d_table = NULL;
     w->table_cap = 0;
     if (dsr1_gpuMalloc((void **)&w->d_table, entries * 4) != dsr1_gpuSuccess) {
-        dsr1_gpuGetLastError();
+        (void)dsr1_gpuGetLastError();
         return cu_errorf(err, DSR1_ENOMEM, "%s: page table of %zu entries", DSR1_GPU_NAME, entries);
     }
     w->table_cap = entries;
@@ -597,7 +603,7 @@ static int cu_step_begin(void *ws, const dsr1_step *st, dsr1_error *err)
     }
     w->capturing = w->dev->graphs && st->n > 0 && st->n <= CU_GRAPH_MAX_N;
     if (w->capturing && dsr1_gpuStreamBeginCapture(w->st) != dsr1_gpuSuccess) {
-        dsr1_gpuGetLastError();
+        (void)dsr1_gpuGetLastError();
         w->capturing = 0;
     }
     cu_sig(w, &st->n, sizeof st->n);
@@ -619,28 +625,28 @@ static void run_graph(cu_ws *w)
         return;
     }
     if (w->err_code) {
-        dsr1_gpuGraphDestroy(g);
+        (void)dsr1_gpuGraphDestroy(g);
         return;
     }
     for (int i = 0; i < w->n_graphs; i++)
         if (w->graph[i].sig == w->sig) {
-            dsr1_gpuGraphDestroy(g);
+            (void)dsr1_gpuGraphDestroy(g);
             if (dsr1_gpuGraphLaunch(w->graph[i].exec, w->st) != dsr1_gpuSuccess) cu_check(w, "graph launch");
             return;
         }
     dsr1_gpuGraphExec ex;
     if (dsr1_gpuGraphInstantiate(&ex, g) != dsr1_gpuSuccess) {
-        dsr1_gpuGraphDestroy(g);
+        (void)dsr1_gpuGraphDestroy(g);
         cu_check(w, "graph instantiate");
         return;
     }
-    dsr1_gpuGraphDestroy(g);
+    (void)dsr1_gpuGraphDestroy(g);
     int slot;
     if (w->n_graphs < CU_GRAPH_SLOTS) {
         slot = w->n_graphs++;
     } else {
         slot = (int)(w->sig % CU_GRAPH_SLOTS); /* evict one */
-        dsr1_gpuGraphExecDestroy(w->graph[slot].exec);
+        (void)dsr1_gpuGraphExecDestroy(w->graph[slot].exec);
     }
     w->graph[slot] = cu_graph{w->sig, ex};
     if (dsr1_gpuGraphLaunch(ex, w->st) != dsr1_gpuSuccess) cu_check(w, "graph launch");

@@ -46,6 +46,9 @@ typedef struct mm_args {
     float *y;
     int64_t ldy;
     int n, tblocks;
+    /* scale of (r, c) at (r / srdiv) * sncols + c / scdiv: cu_wscale's
+     * index with the divisions hoisted and in 32 bits (the hot loop) */
+    uint32_t srdiv, scdiv, sncols;
     cu_mm_rows g;
     const int8_t *xq;        /* INT8: [xgroups][x_rows][ldxq] */
     const float *xs;         /* INT8: [xgroups][x_rows] */
@@ -120,28 +123,6 @@ CU_DEV void load_pack(const cu_wmat &w, const uint8_t *data, int64_t r, int64_t 
     }
 }
 
-/* The 8 weights and the 8 x values of each token as the mode multiplies
- * them: turns raw weights into w (F32), w' (BF16); x into x' (BF16). */
-template <int TYPE, int ACT>
-CU_DEV void mode_weights(float v[8], float s)
-{
-    const bool scaled = TYPE == CU_T_FP8 || TYPE == CU_T_INT8 || TYPE == CU_T_INT4;
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        if (ACT == CU_ACT_BF16 && TYPE == CU_T_FP8) continue; /* exact e4m3 */
-        float d = scaled ? __fmul_rn(v[i], s) : v[i];
-        v[i] = ACT == CU_ACT_BF16 ? cu_round_bf16(d) : d;
-    }
-}
-
-template <int TYPE, int ACT>
-CU_DEV float mode_x(float x, float s)
-{
-    if (ACT != CU_ACT_BF16) return x;
-    if (TYPE == CU_T_FP8) return cu_round_bf16(__fmul_rn(x, s));
-    return cu_round_bf16(x);
-}
-
 /* ---- the vector kernel (cols % 8 == 0, aligned) ------------------------------------ */
 
 template <int TYPE, int ACT, int NT, bool GATED>
@@ -167,8 +148,12 @@ __global__ void __launch_bounds__(MM_THREADS) mm_vec(mm_args a)
 #pragma unroll
                 for (int rr = 0; rr < MM_R; rr++) acc[rr][k] = accu[rr][k] = 0.0f;
             }
+            uint32_t srow[MM_R];
+#pragma unroll
+            for (int rr = 0; rr < MM_R; rr++) srow[rr] = (uint32_t)((r0 + rr) / a.srdiv) * a.sncols;
             for (int64_t p = lane; p < npk; p += DSR1_WARP) {
                 float xv[NT][8];
+                const uint32_t scol = (uint32_t)(8 * p) / a.scdiv;
 #pragma unroll
                 for (int k = 0; k < NT; k++) {
                     float4 x0 = __ldg((const float4 *)(xr[k] + 8 * p));
@@ -180,7 +165,7 @@ __global__ void __launch_bounds__(MM_THREADS) mm_vec(mm_args a)
                 for (int rr = 0; rr < MM_R; rr++) {
                     int64_t r = r0 + rr;
                     if (r >= a.w.rows) break;
-                    float v[8], s = cu_wscale(a.w, ws, r, 8 * p);
+                    float v[8], s = ws ? cu_scale_at(a.w, ws, srow[rr] + scol) : 1.0f;
                     load_pack<TYPE>(a.w, wd, r, p, v);
                     mode_weights<TYPE, ACT>(v, s);
 #pragma unroll
@@ -189,7 +174,7 @@ __global__ void __launch_bounds__(MM_THREADS) mm_vec(mm_args a)
                         for (int i = 0; i < 8; i++)
                             acc[rr][k] = fmaf(v[i], mode_x<TYPE, ACT>(xv[k][i], s), acc[rr][k]);
                     if (GATED) {
-                        float su = cu_wscale(a.u, us, r, 8 * p);
+                        float su = us ? cu_scale_at(a.u, us, srow[rr] + scol) : 1.0f;
                         load_pack<TYPE>(a.u, ud, r, p, v);
                         mode_weights<TYPE, ACT>(v, su);
 #pragma unroll
@@ -214,24 +199,6 @@ __global__ void __launch_bounds__(MM_THREADS) mm_vec(mm_args a)
 }
 
 /* ---- the scalar kernel (any shape; same order, element loads) ---------------------- */
-
-/* Weight and x of column c as mode ACT multiplies them (mode_weights and
- * mode_x of one element): the same values as the vector kernel. */
-template <int ACT>
-CU_DEV void scalar_pair(const cu_wmat &w, const uint8_t *d, const void *s, int64_t r, int64_t c,
-                        float x, float *wv, float *xv)
-{
-    float v = cu_wraw(w, d, r, c), sc = cu_wscale(w, s, r, c);
-    const bool scaled = w.type == CU_T_FP8 || w.type == CU_T_INT8 || w.type == CU_T_INT4;
-    if (ACT == CU_ACT_BF16 && w.type == CU_T_FP8) {
-        *wv = v;
-        *xv = cu_round_bf16(__fmul_rn(x, sc));
-        return;
-    }
-    float dq = scaled ? __fmul_rn(v, sc) : v;
-    *wv = ACT == CU_ACT_BF16 ? cu_round_bf16(dq) : dq;
-    *xv = ACT == CU_ACT_BF16 ? cu_round_bf16(x) : x;
-}
 
 template <int ACT, bool GATED>
 __global__ void __launch_bounds__(MM_THREADS) mm_scalar(mm_args a)
@@ -379,7 +346,8 @@ int cu_matmul(dsr1_gpuStream s, const cu_wmat *w, const cu_wmat *up, const float
     cu_mm_rows one = {1, NULL, NULL, NULL, NULL, NULL, 0, 0, 0};
     const cu_mm_rows *g = rows ? rows : &one;
     if (n <= 0 || w->rows <= 0 || g->groups <= 0) return 0;
-    if (up && (up->type != w->type || up->rows != w->rows || up->cols != w->cols)) {
+    if (up && (up->type != w->type || up->rows != w->rows || up->cols != w->cols ||
+               up->group != w->group || up->scale_type != w->scale_type)) {
         snprintf(msg, msgsz, "cuda matmul: gate and up differ in type or shape");
         return -1;
     }
@@ -394,6 +362,16 @@ int cu_matmul(dsr1_gpuStream s, const cu_wmat *w, const cu_wmat *up, const float
     a.n = n;
     a.g = *g;
     a.tblocks = (n + MM_TT - 1) / MM_TT;
+    a.srdiv = 1;
+    a.scdiv = (uint32_t)w->cols;
+    a.sncols = 1;
+    if (w->type == CU_T_FP8) {
+        a.srdiv = a.scdiv = (uint32_t)w->group;
+        a.sncols = (uint32_t)((w->cols + w->group - 1) / w->group);
+    } else if ((w->type == CU_T_INT8 || w->type == CU_T_INT4) && w->group > 0) {
+        a.scdiv = (uint32_t)w->group;
+        a.sncols = (uint32_t)(w->cols / w->group);
+    }
     a.xq = NULL;
     a.xs = NULL;
     a.ldxq = (w->cols + 63) & ~(int64_t)63;

@@ -205,6 +205,7 @@ static void gated_mlp(cu_ws *w, const cu_wmat *gate, const cu_wmat *up, const cu
 {
     int64_t I = gate->rows;
     int fuse = gate->type == up->type && gate->cols == up->cols && gate->rows == up->rows &&
+               gate->group == up->group && gate->scale_type == up->scale_type &&
                cu_mm_effective_act(act, gate) != CU_ACT_INT8;
     if (fuse) {
         mm(w, gate, up, x, ldx, h, I, n, act, g, "gate/up");
