@@ -50,6 +50,18 @@ const dsr1_tokenizer *dsr1_model_tokenizer(const dsr1_model *m);
 const char *dsr1_model_chat_template(const dsr1_model *m);
 /* Human-readable: "cpu (avx512-bf16, 2 threads, fp8 weights)". */
 const char *dsr1_model_describe(const dsr1_model *m);
+/* How the backend was chosen, for the start-up line: "cpu (asked for)",
+ * "auto: cpu (cuda: libdsr1-cuda.so not found ...; hip: ...)". */
+const char *dsr1_model_backend_choice(const dsr1_model *m);
+
+/* Every backend dsr1 knows, in the order `auto` tries them, with whether it
+ * can run here and, if not, why (dsr1 info --hw). Returns the count. */
+typedef struct dsr1_backend_info {
+    const char *name;
+    int available;
+    char why[160];
+} dsr1_backend_info;
+int dsr1_backends(dsr1_backend_info *out, int max);
 /* Bytes of weights read per decoded token at batch 1 (active params). */
 uint64_t dsr1_model_active_weight_bytes(const dsr1_model *m);
 

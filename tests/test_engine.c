@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/dsr1.h"
+#include "be_util.h"
 #include "test.h"
 
 const char *dsr1_test_tiny_model(void);
@@ -32,9 +33,14 @@ static dsr1_model *open_tiny(dsr1_test_ctx *t, dsr1_compute c)
         dsr1_test_skip(t, "tiny fixture could not be converted");
         return NULL;
     }
+    char why[256];
+    if (!dsr1_test_backend_usable(dsr1_test_backend(), why, sizeof why)) {
+        dsr1_test_skip(t, "backend %s: %s", dsr1_test_backend(), why);
+        return NULL;
+    }
     dsr1_model *m = NULL;
     dsr1_error err;
-    dsr1_model_options o = {.compute = c, .threads = 2};
+    dsr1_model_options o = {.compute = c, .threads = 2, .backend = dsr1_test_backend()};
     CHECK_OK(dsr1_model_open(&m, path, &o, &err), &err);
     return m;
 }
