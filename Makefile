@@ -26,7 +26,8 @@ LDFLAGS += $(SAN)
 NVCC    ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
 HIPCC   ?= $(shell command -v hipcc 2>/dev/null)
 CUDA    ?= $(if $(NVCC),1,0)
-HIP     ?= $(if $(HIPCC),1,0)
+# HIP is opt-in (`make HIP=1`): hipcc takes about ten minutes on 2 cores.
+HIP     ?= 0
 
 LIB_SRC  := $(wildcard core/*.c convert/*.c backends/*.c backends/cpu/*.c)
 CLI_SRC  := $(wildcard cli/*.c)
@@ -151,7 +152,7 @@ cuda: $(BUILD)/libdsr1-cuda.so $(GPU_DIR)/libdsr1-cuda.so
 hip: $(BUILD)/libdsr1-hip.so $(GPU_DIR)/libdsr1-hip.so
 
 gpu-summary:
-	@echo "dsr1 $(VERSION): CPU ✓  CUDA $(if $(filter 1,$(CUDA)),✓ ($(GPU_DIR)/libdsr1-cuda.so; untested on a GPU),✗)  HIP $(if $(filter 1,$(HIP)),✓ ($(GPU_DIR)/libdsr1-hip.so; untested on a GPU),✗)"
+	@echo "dsr1 $(VERSION): CPU ✓  CUDA $(if $(filter 1,$(CUDA)),✓ ($(GPU_DIR)/libdsr1-cuda.so; untested on a GPU),✗)  HIP $(if $(filter 1,$(HIP)),✓ ($(GPU_DIR)/libdsr1-hip.so; untested on a GPU),✗$(if $(HIPCC), (hipcc found: make HIP=1)))"
 
 clean:
 	rm -rf build build-san build-clang dsr1 libdsr1-cuda.so libdsr1-hip.so

@@ -22,6 +22,7 @@
  * Not done: placing weights in host memory (DSR1_PLACE_HOST is refused
  * with a message rather than uploaded silently), several GPUs.
  */
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -124,13 +125,37 @@ int cu_pending_add(cu_ws *w, const void *src, void *dst, size_t row_bytes, int64
 
 /* ---- device ---------------------------------------------------------------------------- */
 
+/* Why the runtime found no device, in the user's terms. */
+static void no_device_why(dsr1_gpuError e, char *why, size_t n)
+{
+#if DSR1_GPU_HIP
+    snprintf(why, n, "no HIP device or driver (%s)", dsr1_gpuGetErrorString(e));
+#else
+    if (e == cudaErrorInsufficientDriver) {
+        /* the static runtime opens the driver itself: say which half is missing */
+        void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+        if (!h) {
+            snprintf(why, n, "no CUDA driver (libcuda.so.1 not found)");
+            return;
+        }
+        dlclose(h);
+        snprintf(why, n, "the CUDA driver is too old for this build (CUDA %d runtime)",
+                 CUDART_VERSION / 1000);
+    } else if (e == cudaErrorNoDevice) {
+        snprintf(why, n, "no CUDA device");
+    } else {
+        snprintf(why, n, "no usable CUDA device (%s)", dsr1_gpuGetErrorString(e));
+    }
+#endif
+}
+
 static int cu_probe(char *why, size_t n)
 {
     int count = 0;
     dsr1_gpuError e = dsr1_gpuGetDeviceCount(&count);
     if (e != dsr1_gpuSuccess) {
-        snprintf(why, n, "no %s device or driver (%s)", DSR1_GPU_HIP ? "HIP" : "CUDA",
-                 dsr1_gpuGetErrorString(e));
+        (void)dsr1_gpuGetLastError();
+        no_device_why(e, why, n);
         return 0;
     }
     if (count == 0) {
