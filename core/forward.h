@@ -88,13 +88,6 @@ int dsr1_forward_head(dsr1_fwd *f, const float *hidden, const int32_t *rows, int
 int dsr1_forward_mtp(dsr1_fwd *f, const dsr1_fwd_batch *b, const float *h, int64_t ldh,
                      float *logits, float *hidden, dsr1_error *err);
 
-/* dsr1_model_forward's logits for every position (one chunk) plus the
- * experts each main layer chose: experts[l][t][topk] in selection order,
- * -1 for dense layers. For dsr1 eval, which counts routing flips between
- * compute modes. */
-int dsr1_forward_routes(dsr1_model *m, const int32_t *ids, size_t n, float *logits,
-                        int32_t *experts, dsr1_error *err);
-
 /* MLA for one layer (attention.c): xn [n][hidden] -> out [n][hidden]
  * (o_proj applied), writing the layer's KV rows. Inside a step. */
 void dsr1_attention_forward(dsr1_fwd *f, const dsr1_layer_weights *L, int layer,

@@ -18,7 +18,11 @@ int dsr1_test_backend_usable(const char *name, char *why, size_t n)
     const dsr1_backend_ops *ops;
     dsr1_error err;
     if (dsr1_backend_find(name, &ops, NULL, 0, &err) == 0) return 1;
-    snprintf(why, n, "%s", err.msg);
+    /* the registry's message names the backend already: keep the reason */
+    char pre[64];
+    snprintf(pre, sizeof pre, "backend %s: ", name);
+    size_t k = strlen(pre);
+    snprintf(why, n, "%s", strncmp(err.msg, pre, k) ? err.msg : err.msg + k);
     return 0;
 }
 

@@ -257,3 +257,57 @@ DSR1_TEST(engine_turns_cancel_export)
 out:
     dsr1_model_close(m);
 }
+
+/* A NaN in a loaded KV cache (issue 13: once an assertion in the router
+ * that aborted the whole batch) fails that sequence alone, with a message;
+ * a sequence decoding in the same steps gets exactly its tokens alone,
+ * and the engine goes on serving. */
+DSR1_TEST(engine_nan_kv_fails_one_sequence)
+{
+    dsr1_model *m = open_tiny(t, DSR1_COMPUTE_F32);
+    if (!m) return;
+    out_seq first = {0}, ref1 = {0};
+    alone(t, m, p0, 8, 6, &first);
+    alone(t, m, p1, 5, 6, &ref1);
+    dsr1_engine *e = make_engine(t, m, 512, 0), *e2 = make_engine(t, m, 512, 0);
+    void *buf = NULL;
+    size_t len = 0;
+    dsr1_error err;
+    if (!e || !e2) goto out;
+    out_seq got[64];
+    memset(got, 0, sizeof got);
+    int s = submit(e, p0, 8, 6, -1);
+    drain(t, e, got, 64);
+    CHECK_OK(dsr1_engine_seq_export(e, s, &buf, &len, &err), &err);
+    REQUIRE(buf && len > 40);
+    /* header: magic, version, kv type, layers, row, n_tokens (offset 24),
+     * n_kv, n_mtp; then the tokens; then layer 0's rows: poison row 0 */
+    uint32_t n_tok;
+    memcpy(&n_tok, (char *)buf + 24, 4);
+    float nan = NAN;
+    memcpy((char *)buf + 36 + (size_t)n_tok * 4, &nan, 4);
+    int si = -1;
+    CHECK_OK(dsr1_engine_seq_import(e2, buf, len, &si, &err), &err);
+    int32_t turn2[32];
+    memcpy(turn2, p0, sizeof p0);
+    memcpy(turn2 + 8, first.tok, 6 * sizeof(int32_t));
+    memcpy(turn2 + 14, p1, sizeof p1);
+    memset(got, 0, sizeof got);
+    int bad = submit(e2, turn2, 19, 5, si), good = submit(e2, p1, 5, 6, -1);
+    REQUIRE(bad >= 0 && good >= 0);
+    drain(t, e2, got, 64);
+    CHECK_EQ_INT(got[bad].finish, DSR1_FINISH_ERROR);
+    CHECKF(strstr(got[bad].msg, "non-finite"), "message: %s", got[bad].msg);
+    CHECK_EQ_INT(got[bad].n, 0);
+    CHECK(same(&got[good], &ref1));
+    /* the engine still serves */
+    memset(got, 0, sizeof got);
+    int again = submit(e2, p1, 5, 6, -1);
+    drain(t, e2, got, 64);
+    CHECK(again >= 0 && same(&got[again], &ref1));
+out:
+    free(buf);
+    dsr1_engine_free(e);
+    dsr1_engine_free(e2);
+    dsr1_model_close(m);
+}
