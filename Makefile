@@ -120,6 +120,8 @@ install: dsr1
 	install -m 755 dsr1 $(DESTDIR)$(PREFIX)/bin/dsr1
 	install -m 644 $(wildcard man/*.1) $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 644 $(wildcard man/*.5) $(DESTDIR)$(PREFIX)/share/man/man5/
+	for l in $(wildcard libdsr1-cuda.so libdsr1-hip.so); do \
+	    install -D -m 755 $$l $(DESTDIR)$(PREFIX)/lib/dsr1/$$l; done
 
 # Objects wait for the package check (order-only), so `make -j` on a fresh
 # machine installs the headers before the first compile needs them.

@@ -57,7 +57,7 @@ static __device__ void load_row(const cu_kv &kv, int seq, int layer, int p, floa
     } else {
         const uint8_t *s = (const uint8_t *)kv.data + r * kv.row;
         float sc = kv.scale[r];
-        for (int i = tid; i < kv.row; i += nthr) dst[i] = __fmul_rn(cu_fp8_f32(s[i]), sc);
+        for (int i = tid; i < kv.row; i += nthr) dst[i] = __fmul_rn(cu_fp8_f32_as<false>(s[i]), sc);
     }
 }
 

@@ -424,10 +424,8 @@ static int cu_kv_read(void *dev, dsr1_bkv *kv, int page, int layer, int first, i
     (void)dsr1_gpuStreamSynchronize(d->stream);
     dsr1_gpuError e = dsr1_gpuMemcpy(data, (char *)kv->d_data + r0 * rb, (size_t)count * rb,
                                      dsr1_gpuMemcpyDeviceToHost);
-    if (e == dsr1_gpuSuccess && kv->d_scale && scale) {
+    if (e == dsr1_gpuSuccess && kv->d_scale && scale)
         e = dsr1_gpuMemcpy(scale, kv->d_scale + r0, (size_t)count * 4, dsr1_gpuMemcpyDeviceToHost);
-        for (int i = 0; i < count; i++) scale[i] /= CU_FP8_SCALE_MUL;
-    }
     if (e != dsr1_gpuSuccess)
         return cu_errorf(err, DSR1_EIO, "%s kv: read failed: %s", DSR1_GPU_NAME, dsr1_gpuGetErrorString(e));
     return 0;
@@ -440,29 +438,10 @@ static int cu_kv_write(void *dev, dsr1_bkv *kv, int page, int layer, int first, 
     DSR1_TRY(kv_range_ok(kv, page, layer, first, count, err));
     size_t r0 = kv_row0(kv, page, layer, first), rb = (size_t)kv->l.row * kv->elem;
     size_t nb = (size_t)count * rb;
-    void *tmp = NULL;
-    float *ts = NULL;
-    const void *from = data;
-    const float *sfrom = scale;
-    if (DSR1_FP8_FNUZ && kv->l.type == DSR1_KV_FP8) {
-        tmp = malloc(nb);
-        ts = (float *)malloc((size_t)count * 4 + 4);
-        if (!tmp || !ts) {
-            free(tmp);
-            free(ts);
-            return cu_errorf(err, DSR1_ENOMEM, "%s kv: out of host memory", DSR1_GPU_NAME);
-        }
-        for (size_t i = 0; i < nb; i++) ((uint8_t *)tmp)[i] = ((const uint8_t *)data)[i] == 0x80 ? 0 : ((const uint8_t *)data)[i];
-        for (int i = 0; i < count; i++) ts[i] = scale[i] * CU_FP8_SCALE_MUL;
-        from = tmp;
-        sfrom = ts;
-    }
     (void)dsr1_gpuStreamSynchronize(d->stream);
-    dsr1_gpuError e = dsr1_gpuMemcpy((char *)kv->d_data + r0 * rb, from, nb, dsr1_gpuMemcpyHostToDevice);
-    if (e == dsr1_gpuSuccess && kv->d_scale && sfrom)
-        e = dsr1_gpuMemcpy(kv->d_scale + r0, sfrom, (size_t)count * 4, dsr1_gpuMemcpyHostToDevice);
-    free(tmp);
-    free(ts);
+    dsr1_gpuError e = dsr1_gpuMemcpy((char *)kv->d_data + r0 * rb, data, nb, dsr1_gpuMemcpyHostToDevice);
+    if (e == dsr1_gpuSuccess && kv->d_scale && scale)
+        e = dsr1_gpuMemcpy(kv->d_scale + r0, scale, (size_t)count * 4, dsr1_gpuMemcpyHostToDevice);
     if (e != dsr1_gpuSuccess)
         return cu_errorf(err, DSR1_EIO, "%s kv: write failed: %s", DSR1_GPU_NAME, dsr1_gpuGetErrorString(e));
     return 0;
@@ -611,7 +590,7 @@ static int cu_step_begin(void *ws, const dsr1_step *st, dsr1_error *err)
     w->step = st;
     w->n = st->n;
     w->max_pos = 0;
-    for (int t = 0; t < st->n; t++) w->max_pos = st->pos[t] > w->max_pos ? st->pos[t] : w->max_pos;
+    for (int t = 0; st->pos && t < st->n; t++) w->max_pos = st->pos[t] > w->max_pos ? st->pos[t] : w->max_pos;
     w->arena_used = 0;
     w->n_pend = 0;
     w->err_code = 0;

@@ -31,10 +31,8 @@
  * operations on the host (the host check builds with -ffp-contract=off). */
 CU_HD float cu_as_float(uint32_t u)
 {
-#ifdef __CUDA_ARCH__
-    return cu_as_float(u);
-#elif defined(__HIP_DEVICE_COMPILE__)
-    return cu_as_float(u);
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+    return __uint_as_float(u);
 #else
     float f;
     memcpy(&f, &u, 4);
@@ -45,7 +43,7 @@ CU_HD float cu_as_float(uint32_t u)
 CU_HD uint32_t cu_as_uint(float f)
 {
 #if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-    return cu_as_uint(f);
+    return __float_as_uint(f);
 #else
     uint32_t u;
     memcpy(&u, &f, 4);

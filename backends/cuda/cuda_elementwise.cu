@@ -216,8 +216,8 @@ __global__ void __launch_bounds__(EW_THREADS) k_kv_store(cu_kv kv, int layer, co
         float amax = block_max(m, red);
         float sc = amax > 0 ? amax / 448.0f : 1.0f, inv = 1.0f / sc;
         for (int i = threadIdx.x; i < kv.row; i += EW_THREADS)
-            d[i] = (uint8_t)cu_f32_fp8(__fmul_rn(i < nl ? lt[i] : pt[i - nl], inv));
-        if (threadIdx.x == 0) kv.scale[r] = sc * CU_FP8_SCALE_MUL;
+            d[i] = (uint8_t)cu_f32_fp8_as<false>(__fmul_rn(i < nl ? lt[i] : pt[i - nl], inv));
+        if (threadIdx.x == 0) kv.scale[r] = sc;
     }
 }
 

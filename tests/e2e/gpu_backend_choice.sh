@@ -2,7 +2,7 @@
 # gpu_backend_choice.sh - on a machine without a usable GPU: `--backend
 # cuda` and `--backend hip` fail with one line giving the reason (the
 # backend library's probe when it was built: "no CUDA driver", "no CUDA
-# device"; else "not found"), exit 1, nothing on stdout; `--backend auto`
+# device", or for HIP the missing ROCm runtime; else "not found"), exit 1, nothing on stdout; `--backend auto`
 # runs on the CPU; `dsr1 info --hw` says why CUDA is not used. Where a GPU
 # is present the CUDA backend is covered by test_backend_ops and the suite
 # run with DSR1_TEST_BACKEND=cuda instead.
@@ -21,8 +21,8 @@ for be in cuda hip; do
     [ -s "$TMPDIR/o" ] && { echo "FAIL: --backend $be wrote to stdout"; fail=1; }
     [ "$(grep -c . "$TMPDIR/e")" -eq 1 ] || { echo "FAIL: --backend $be: not one line:"; cat "$TMPDIR/e"; fail=1; }
     if [ -f "$dir/libdsr1-$be.so" ]; then
-        # the library loaded and its probe answered
-        grep -Eq "backend $be: (no (CUDA|HIP) (device|driver)|the CUDA driver is too old)" "$TMPDIR/e" ||
+        # its probe answered, or (HIP) the ROCm runtime it links is absent
+        grep -Eq "backend $be: (no (CUDA|HIP) (device|driver)|the CUDA driver is too old|.*libamdhip64.*cannot open)" "$TMPDIR/e" ||
             { echo "FAIL: --backend $be: no probe reason:"; cat "$TMPDIR/e"; fail=1; }
     else
         grep -q "backend $be: libdsr1-$be.so not found" "$TMPDIR/e" ||
