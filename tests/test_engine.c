@@ -311,3 +311,48 @@ out:
     dsr1_engine_free(e2);
     dsr1_model_close(m);
 }
+
+/* --repeat-penalty applies with temperature 0 too (issue 9: the engine's
+ * greedy path once skipped the penalty the sampler applies). A penalty
+ * below 1 multiplies the positive logits of recent tokens by 1e4, so every
+ * greedy token then comes from the last 64 (when one of them has a
+ * positive logit, which the random tiny model gives), while plain greedy
+ * decoding of the same prompt produces new tokens. */
+DSR1_TEST(engine_greedy_repeat_penalty)
+{
+    dsr1_model *m = open_tiny(t, DSR1_COMPUTE_F32);
+    if (!m) return;
+    dsr1_engine *e = make_engine(t, m, 512, 0);
+    if (!e) {
+        dsr1_model_close(m);
+        return;
+    }
+    out_seq got[64];
+    int fresh[2] = {0, 0}, n[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        memset(got, 0, sizeof got);
+        dsr1_request r = {.prompt = p2, .n_prompt = 11, .max_tokens = 20, .reuse_seq = -1};
+        r.sampling.temperature = 0;
+        r.sampling.repetition_penalty = k ? 1e-4f : 1.0f;
+        r.sampling.repetition_window = 64;
+        int s = -1;
+        dsr1_error err;
+        CHECK_OK(dsr1_engine_submit(e, &r, &s, &err), &err);
+        drain(t, e, got, 64);
+        REQUIRE(s >= 0);
+        int32_t all[64];
+        memcpy(all, p2, sizeof p2);
+        memcpy(all + 11, got[s].tok, (size_t)got[s].n * 4);
+        n[k] = got[s].n;
+        for (int i = 11; i < 11 + got[s].n; i++) {
+            int seen = 0;
+            for (int j = 0; j < i; j++) seen |= all[i] == all[j];
+            fresh[k] += !seen;
+        }
+    }
+    CHECKF(fresh[0] > 0, "plain greedy makes no new token here: the test proves nothing");
+    CHECK(n[1] > 0);
+    CHECKF(fresh[1] == 0, "%d of %d greedy tokens escaped the penalty", fresh[1], n[1]);
+    dsr1_engine_free(e);
+    dsr1_model_close(m);
+}
