@@ -32,6 +32,10 @@ done
 "$DSR1" run -m "$M" --backend auto --max-tokens 2 --temperature 0 "hi" >"$TMPDIR/o" 2>"$TMPDIR/e" ||
     { echo "FAIL: --backend auto failed:"; cat "$TMPDIR/e"; fail=1; }
 grep -q " on cpu (" "$TMPDIR/e" || { echo "FAIL: --backend auto did not say it runs on the cpu:"; cat "$TMPDIR/e"; fail=1; }
+# ... and why: each GPU backend with its reason (the probe's when built)
+grep -Eq "backend auto: cpu \(cuda: (no CUDA|the CUDA driver|libdsr1-cuda.so not found)" "$TMPDIR/e" ||
+    { echo "FAIL: --backend auto does not say why not cuda:"; cat "$TMPDIR/e"; fail=1; }
 "$DSR1" info --hw >"$TMPDIR/h" 2>&1 || { echo "FAIL: info --hw exit"; fail=1; }
-grep -Eq '^cuda: .*(no|not)' "$TMPDIR/h" || { echo "FAIL: info --hw gives no reason for cuda:"; cat "$TMPDIR/h"; fail=1; }
+grep -Eq '(backends:)? +cuda +not available \(.+\)' "$TMPDIR/h" ||
+    { echo "FAIL: info --hw gives no reason for cuda:"; cat "$TMPDIR/h"; fail=1; }
 exit $fail
