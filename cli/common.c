@@ -374,6 +374,7 @@ int dsr1_common_open_model(dsr1_model **m, const char *path, const char *backend
         dsr1_common_bytes((double)dsr1_model_active_weight_bytes(*m), act, sizeof act);
         fprintf(stderr, "dsr1: model %s (%s mapped, %s read per token) on %s, loaded in %.1f s\n",
                 path, sz, act, dsr1_model_describe(*m), dsr1_common_now() - t0);
+        fprintf(stderr, "dsr1: backend %s\n", dsr1_model_backend_choice(*m));
     }
     return 0;
 }

@@ -19,7 +19,7 @@
 #include "cli.h"
 #include "common.h"
 #include "convert/checkpoint.h"
-#include "convert/dsr1file.h"
+#include "core/dsr1file.h"
 #include "core/config.h"
 
 #define N_KINDS 8 /* enough for dsr1 types and safetensors dtypes */

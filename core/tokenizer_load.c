@@ -25,7 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "convert/dsr1file.h"
+#include "core/dsr1file.h"
 #include "tokenizer_internal.h"
 #include "unicode.h"
 
