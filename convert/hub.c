@@ -276,7 +276,7 @@ int dsr1_hub_http_error(const dsr1_hub_plan *p, const char *what, long code,
 typedef struct membuf {
     char *data;
     size_t len;
-    char error_code[64]; /* X-Error-Code */
+    dsr1_hub_resp resp; /* X-Error-Code of the last response */
 } membuf;
 
 static size_t mem_write(char *ptr, size_t size, size_t n, void *ud)
@@ -297,15 +297,36 @@ static size_t mem_header(char *ptr, size_t size, size_t n, void *ud)
 {
     membuf *b = ud;
     size_t len = size * n;
-    static const char key[] = "x-error-code:";
-    if (len > sizeof key && !strncasecmp(ptr, key, sizeof key - 1)) {
-        const char *v = ptr + sizeof key - 1;
-        while (*v == ' ') v++;
-        size_t vl = (size_t)(ptr + len - v);
-        while (vl && isspace((unsigned char)v[vl - 1])) vl--;
-        snprintf(b->error_code, sizeof b->error_code, "%.*s", (int)vl, v);
-    }
+    dsr1_hub_header_line(&b->resp, ptr, len);
     return len;
+}
+
+/* The header parser shared with hub_fetch.c's transfers (hub.h). */
+int dsr1_hub_header_line(dsr1_hub_resp *r, const char *h, size_t len)
+{
+    char line[512];
+    snprintf(line, sizeof line, "%.*s", (int)(len < sizeof line - 1 ? len : sizeof line - 1), h);
+    line[strcspn(line, "\r\n")] = 0;
+    unsigned long long a;
+    if (!strncmp(line, "HTTP/", 5)) { /* a new response (each redirect hop has one) */
+        const char *sp = strchr(line, ' ');
+        memset(r, 0, sizeof *r);
+        r->status = sp ? strtol(sp + 1, NULL, 10) : 0;
+        return 1;
+    }
+    if (!strncasecmp(line, "retry-after:", 12)) {
+        r->retry_after = strtod(line + 12, NULL); /* an HTTP date is not parsed: backoff then */
+    } else if (!strncasecmp(line, "content-range:", 14) &&
+               sscanf(line + 14, " bytes %llu-", &a) == 1) {
+        r->range_start = a;
+    } else if (!strncasecmp(line, "x-error-code:", 13)) {
+        const char *v = line + 13;
+        while (*v == ' ' || *v == '\t') v++;
+        size_t vl = strlen(v);
+        while (vl && isspace((unsigned char)v[vl - 1])) vl--;
+        snprintf(r->error_code, sizeof r->error_code, "%.*s", (int)vl, v);
+    }
+    return 0;
 }
 
 /* GET the model info JSON into b. Transient failures are retried a few times. */
@@ -340,7 +361,7 @@ static int get_info(const dsr1_hub_plan *p, const dsr1_hub_opts *o, membuf *b, d
     double wait = o->retry_wait > 0 ? o->retry_wait : 1;
     for (int t = 0;; t++) {
         b->len = 0;
-        b->error_code[0] = 0;
+        memset(&b->resp, 0, sizeof b->resp);
         CURLcode cc = curl_easy_perform(c);
         long code = 0;
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
@@ -348,7 +369,7 @@ static int get_info(const dsr1_hub_plan *p, const dsr1_hub_opts *o, membuf *b, d
         if (!transient && code == 200) break;
         if (!transient || t + 1 >= tries || (o->cancel && *o->cancel)) {
             rc = cc != CURLE_OK ? dsr1_errorf(err, DSR1_EIO, "%s: %s", url, curl_easy_strerror(cc))
-                                : dsr1_hub_http_error(p, what, code, b->error_code, err);
+                                : dsr1_hub_http_error(p, what, code, b->resp.error_code, err);
             break;
         }
         usleep((useconds_t)(wait * 1e6));
@@ -394,11 +415,14 @@ static int add_file(dsr1_hub_plan *p, const cJSON *s, dsr1_error *err)
     const cJSON *name = cJSON_GetObjectItem(s, "rfilename"), *size = cJSON_GetObjectItem(s, "size");
     const cJSON *blob = cJSON_GetObjectItem(s, "blobId"), *lfs = cJSON_GetObjectItem(s, "lfs");
     const cJSON *sha = lfs ? cJSON_GetObjectItem(lfs, "sha256") : NULL;
-    if (!cJSON_IsString(name) || !cJSON_IsNumber(size) || size->valuedouble < 0 ||
+    /* a size past 2^53 is not an exact JSON number (and past 2^64 would not
+     * convert to uint64_t at all: undefined behaviour) */
+    if (!cJSON_IsString(name) || !cJSON_IsNumber(size) || !(size->valuedouble >= 0) ||
+        size->valuedouble > 9007199254740992.0 ||
         !cJSON_IsString(blob) || !is_hex(blob->valuestring, 40) ||
         (lfs && (!cJSON_IsString(sha) || !is_hex(sha->valuestring, 64))))
         return dsr1_errorf(err, DSR1_EFORMAT, "%s: model info: a sibling without rfilename, "
-                           "size, blobId (40 hex) or lfs.sha256 (64 hex)", p->repo);
+                           "size (0..2^53), blobId (40 hex) or lfs.sha256 (64 hex)", p->repo);
     if (!safe_path(name->valuestring))
         return dsr1_errorf(err, DSR1_EFORMAT, "%s: model info: unsafe file name '%s'", p->repo,
                            name->valuestring);
@@ -417,9 +441,10 @@ static int add_file(dsr1_hub_plan *p, const cJSON *s, dsr1_error *err)
     return 0;
 }
 
-static int parse_info(dsr1_hub_plan *p, const dsr1_hub_opts *o, const membuf *b, dsr1_error *err)
+int dsr1_hub_parse_info(dsr1_hub_plan *p, const dsr1_hub_opts *o, const char *data, size_t len,
+                        dsr1_error *err)
 {
-    cJSON *j = cJSON_ParseWithLength(b->data, b->len);
+    cJSON *j = cJSON_ParseWithLength(data, len);
     const cJSON *sha = cJSON_GetObjectItem(j, "sha"), *sib = cJSON_GetObjectItem(j, "siblings");
     int rc = 0;
     if (!cJSON_IsString(sha) || !is_commit(sha->valuestring) || !cJSON_IsArray(sib))
@@ -495,7 +520,7 @@ int dsr1_hub_plan_create(dsr1_hub_plan *p, const dsr1_hub_opts *o, dsr1_error *e
     p->token = read_token(p->token_source, sizeof p->token_source);
     membuf b = {0};
     int rc = get_info(p, o, &b, err);
-    if (!rc) rc = parse_info(p, o, &b, err);
+    if (!rc) rc = dsr1_hub_parse_info(p, o, b.data, b.len, err);
     free(b.data);
     if (!rc) {
         snprintf(p->snapshot, sizeof p->snapshot, "%s/snapshots/%s", p->repo_dir, p->commit);

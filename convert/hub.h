@@ -147,6 +147,27 @@ int dsr1_hub_link(const dsr1_hub_plan *p, const dsr1_hub_file *f, dsr1_error *er
 int dsr1_hub_write_ref(const dsr1_hub_plan *p, dsr1_error *err);
 /* mkdir -p. */
 int dsr1_hub_mkdirs(const char *path, dsr1_error *err);
+/* The parts of a response's headers a pull acts on, kept across the header
+ * lines of one response (dsr1_hub_header_line). */
+typedef struct dsr1_hub_resp {
+    long status;             /* from the status line, 0 if none */
+    double retry_after;      /* Retry-After seconds, 0 if none (a date is not parsed) */
+    uint64_t range_start;    /* Content-Range start of a 206 */
+    char error_code[64];     /* X-Error-Code, trimmed */
+} dsr1_hub_resp;
+
+/* One header line as libcurl hands it (len bytes, not NUL-terminated, CRLF
+ * or LF at its end or not). A status line ("HTTP/...", one per redirect hop)
+ * starts a new response: r is cleared and 1 returned; otherwise 0. */
+int dsr1_hub_header_line(dsr1_hub_resp *r, const char *h, size_t len);
+
+/* Parse the model info JSON (data, len bytes) into p->commit and p->files,
+ * keeping the siblings o's include globs select. p->repo, p->endpoint and
+ * p->revision are used in messages. 0 or DSR1_EFORMAT/ENOTFOUND/ENOMEM;
+ * p->files is left for dsr1_hub_plan_free in every case. */
+int dsr1_hub_parse_info(dsr1_hub_plan *p, const dsr1_hub_opts *o, const char *data, size_t len,
+                        dsr1_error *err);
+
 /* The message for an HTTP failure status on what (repo or file). */
 int dsr1_hub_http_error(const dsr1_hub_plan *p, const char *what, long code,
                         const char *error_code, dsr1_error *err);

@@ -68,13 +68,10 @@ typedef struct xfer {
     int fd;
     EVP_MD_CTX *md;
     uint64_t offset;         /* bytes in the partial, all hashed */
-    long status;             /* of the response being received */
+    dsr1_hub_resp resp;      /* the headers of the response being received */
     int body_ok;             /* the response's body goes to the file */
     int werr;                /* errno of a failed write */
     int too_long, bad_range, restarted;
-    uint64_t range_start;    /* Content-Range start of a 206 */
-    double retry_after;      /* seconds, 0 if none */
-    char error_code[64];     /* X-Error-Code */
 } xfer;
 
 static void note(shared *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -145,37 +142,19 @@ static size_t on_header(char *h, size_t size, size_t n, void *ud)
 {
     xfer *x = ud;
     size_t len = size * n;
-    char line[512];
-    snprintf(line, sizeof line, "%.*s", (int)(len < sizeof line - 1 ? len : sizeof line - 1), h);
-    line[strcspn(line, "\r\n")] = 0;
-    unsigned long long a;
-    if (!strncmp(line, "HTTP/", 5)) { /* a new response (each redirect hop has one) */
-        const char *sp = strchr(line, ' ');
-        x->status = sp ? strtol(sp + 1, NULL, 10) : 0;
-        x->body_ok = 0;
-        x->retry_after = 0;
-        x->range_start = 0;
-        x->error_code[0] = 0;
-    } else if (!strncasecmp(line, "retry-after:", 12)) {
-        x->retry_after = strtod(line + 12, NULL); /* an HTTP date is not parsed: backoff then */
-    } else if (!strncasecmp(line, "content-range:", 14) &&
-               sscanf(line + 14, " bytes %llu-", &a) == 1) {
-        x->range_start = a;
-    } else if (!strncasecmp(line, "x-error-code:", 13)) {
-        snprintf(x->error_code, sizeof x->error_code, "%s", line + 13 + (line[13] == ' '));
-    }
+    if (dsr1_hub_header_line(&x->resp, h, len)) x->body_ok = 0; /* a new response */
     return len;
 }
 
 /* The first body bytes of a response: decide whether they go to the file. */
 static int accept_body(xfer *x)
 {
-    if (x->status == 206 && x->range_start == x->offset) return 1;
-    if (x->status == 206) {
+    if (x->resp.status == 206 && x->resp.range_start == x->offset) return 1;
+    if (x->resp.status == 206) {
         x->bad_range = 1;
         return 0;
     }
-    if (x->status == 200) return x->offset == 0 || restart(x) == 0 ? 1 : (x->werr = errno, 0);
+    if (x->resp.status == 200) return x->offset == 0 || restart(x) == 0 ? 1 : (x->werr = errno, 0);
     return -1; /* an error page: read and drop it */
 }
 
@@ -243,16 +222,16 @@ static int classify(xfer *x, CURLcode cc, const char *part, char *why, size_t ca
         return dsr1_errorf(err, DSR1_EINTR, "interrupted; partial files are kept: run the same "
                            "command again to resume"), TRY_FATAL;
     if (cc == CURLE_ABORTED_BY_CALLBACK) return TRY_FATAL; /* another file's fatal error */
-    if (x->status == 401 || x->status == 403 || x->status == 404)
-        return dsr1_hub_http_error(s->p, f->path, x->status, x->error_code, err), TRY_FATAL;
-    if (cc == CURLE_OK && (x->status == 200 || x->status == 206) && x->offset == f->size)
+    if (x->resp.status == 401 || x->resp.status == 403 || x->resp.status == 404)
+        return dsr1_hub_http_error(s->p, f->path, x->resp.status, x->resp.error_code, err), TRY_FATAL;
+    if (cc == CURLE_OK && (x->resp.status == 200 || x->resp.status == 206) && x->offset == f->size)
         return TRY_DONE;
     if (x->too_long) {
         restart(x);
         return dsr1_errorf(err, DSR1_EFORMAT, "%s: the server sent more than the %llu bytes the "
                            "model info gives", f->path, (unsigned long long)f->size), TRY_FAIL;
     }
-    if (x->bad_range || x->status == 416) {
+    if (x->bad_range || x->resp.status == 416) {
         restart(x);
         snprintf(why, cap, "the server did not resume at byte %s; starting over", kept);
         return TRY_AGAIN;
@@ -263,17 +242,17 @@ static int classify(xfer *x, CURLcode cc, const char *part, char *why, size_t ca
                  : curl_easy_strerror(cc));
         return TRY_AGAIN;
     }
-    if (x->status == 429 || x->status == 408 || x->status >= 500) {
-        snprintf(why, cap, "HTTP %ld", x->status);
+    if (x->resp.status == 429 || x->resp.status == 408 || x->resp.status >= 500) {
+        snprintf(why, cap, "HTTP %ld", x->resp.status);
         return TRY_AGAIN;
     }
-    if (cc == CURLE_OK && (x->status == 200 || x->status == 206)) { /* ended early, cleanly */
+    if (cc == CURLE_OK && (x->resp.status == 200 || x->resp.status == 206)) { /* ended early, cleanly */
         snprintf(why, cap, "the response ended at byte %s", kept);
         return TRY_AGAIN;
     }
     if (cc != CURLE_OK)
         return dsr1_errorf(err, DSR1_EIO, "%s: %s", f->path, curl_easy_strerror(cc)), TRY_FAIL;
-    return dsr1_hub_http_error(s->p, f->path, x->status, x->error_code, err), TRY_FAIL;
+    return dsr1_hub_http_error(s->p, f->path, x->resp.status, x->resp.error_code, err), TRY_FAIL;
 }
 
 /* Sleep up to sec seconds, waking early when the pull stops. */
@@ -318,7 +297,7 @@ static int download(CURL *c, xfer *x, const char *url, struct curl_slist *h, con
     char range[32], why[200], b1[32];
     while (x->offset < x->f->size || x->f->size == 0) {
         uint64_t before = x->offset;
-        x->status = 0;
+        x->resp.status = 0;
         x->body_ok = x->too_long = x->bad_range = x->restarted = 0;
         setup(c, x, url, h, range);
         CURLcode cc = curl_easy_perform(c);
@@ -329,8 +308,8 @@ static int download(CURL *c, xfer *x, const char *url, struct curl_slist *h, con
         if (tries >= max)
             return dsr1_errorf(err, DSR1_EIO, "%s: gave up after %d tries in a row without "
                                "progress (last: %s); run again to resume", x->f->path, tries, why), 1;
-        double wait = x->retry_after > 0 ? x->retry_after : base * (double)(1u << (tries - 1));
-        if (wait > 60 && x->retry_after <= 0) wait = 60;
+        double wait = x->resp.retry_after > 0 ? x->resp.retry_after : base * (double)(1u << (tries - 1));
+        if (wait > 60 && x->resp.retry_after <= 0) wait = 60;
         if (wait > 600) wait = 600;
         snprintf(b1, sizeof b1, "%llu", (unsigned long long)x->offset);
         note(x->s, "%s: %s; retrying in %.0f s (%s of %llu bytes kept)", x->f->path, why, wait,
