@@ -3,7 +3,8 @@
  * against published vectors (FIPS 180-4 examples for SHA-256; git's own
  * blob ids), repo-id parsing, the cache root from the environment, finding
  * a repo id in a cache laid out as huggingface_hub lays it out, and the
- * snapshot links' relative targets. The downloads are tested end to end
+ * snapshot links' relative targets, the model info parser (sizes, dup
+ * blobs, unsafe names) and the response header lines. The downloads are tested end to end
  * against tests/hub_server.py (tests/e2e/pull_*.sh).
  */
 #include <stdlib.h>
@@ -125,4 +126,81 @@ DSR1_TEST(hub_resolve_and_link)
     out[n] = 0;
     CHECK_STR(out, "../../../../blobs/e69de29bb2d1d6434b8b29ae775ad8c2e48c5391");
     CHECK_OK(dsr1_hub_link(&p, &f, &err), &err); /* again: replaced, not an error */
+}
+
+/* The model info parser on one sibling of the given size text. */
+static int info_with_size(const char *size, dsr1_hub_plan *p, dsr1_error *err)
+{
+    char json[400];
+    snprintf(json, sizeof json, "{\"sha\":\"%040d\",\"siblings\":[{\"rfilename\":\"a.json\","
+             "\"size\":%s,\"blobId\":\"%040d\"}]}", 1, size, 2);
+    memset(p, 0, sizeof *p);
+    snprintf(p->repo, sizeof p->repo, "o/n");
+    dsr1_hub_opts o = {.repo = "o/n"};
+    return dsr1_hub_parse_info(p, &o, json, strlen(json), err);
+}
+
+DSR1_TEST(hub_parse_info_sizes_and_dups)
+{
+    dsr1_hub_plan p;
+    dsr1_error err = {0};
+    CHECK_OK(info_with_size("9007199254740992", &p, &err), &err);
+    CHECK(p.n_files == 1 && p.files[0].size == 9007199254740992ull && !p.files[0].lfs);
+    dsr1_hub_plan_free(&p);
+    /* 1e30 converted to uint64_t was undefined behaviour (found by fuzz_hub_info) */
+    CHECK_EQ_INT(info_with_size("1e30", &p, &err), DSR1_EFORMAT);
+    CHECK(strstr(err.msg, "size (0..2^53)") != NULL);
+    dsr1_hub_plan_free(&p);
+    CHECK_EQ_INT(info_with_size("9007199254740994", &p, &err), DSR1_EFORMAT);
+    dsr1_hub_plan_free(&p);
+    CHECK_EQ_INT(info_with_size("-1", &p, &err), DSR1_EFORMAT);
+    dsr1_hub_plan_free(&p);
+
+    static const char two[] =
+        "{\"sha\":\"0123456789abcdef0123456789abcdef01234567\",\"siblings\":["
+        "{\"rfilename\":\"a.safetensors\",\"size\":3,\"blobId\":\"0000000000000000000000000000000000000001\","
+        "\"lfs\":{\"sha256\":\"ABABABABABABABABABABABABABABABABABABABABABABABABABABABABABABABAB\"}},"
+        "{\"rfilename\":\"b/a.safetensors\",\"size\":3,\"blobId\":\"0000000000000000000000000000000000000001\","
+        "\"lfs\":{\"sha256\":\"abababababababababababababababababababababababababababababababab\"}},"
+        "{\"rfilename\":\"../x\",\"size\":1,\"blobId\":\"0000000000000000000000000000000000000002\"}]}";
+    memset(&p, 0, sizeof p);
+    dsr1_hub_opts o = {.repo = "o/n", .include = (const char *const[]){"*.safetensors"}, .n_include = 1};
+    CHECK_OK(dsr1_hub_parse_info(&p, &o, two, strlen(two), &err), &err);
+    CHECK_STR(p.commit, "0123456789abcdef0123456789abcdef01234567");
+    CHECK(p.n_files == 2 && p.files[0].lfs && p.files[1].dup == 1 && p.bytes_total == 6);
+    CHECK_STR(p.files[0].blob, "abababababababababababababababababababababababababababababababab");
+    dsr1_hub_plan_free(&p);
+    o.n_include = 0; /* now "../x" is selected: refused */
+    CHECK_EQ_INT(dsr1_hub_parse_info(&p, &o, two, strlen(two), &err), DSR1_EFORMAT);
+    CHECK(strstr(err.msg, "unsafe file name '../x'") != NULL);
+    dsr1_hub_plan_free(&p);
+}
+
+DSR1_TEST(hub_header_lines)
+{
+    dsr1_hub_resp r;
+    memset(&r, 0, sizeof r);
+    static const char *const lines[] = {
+        "HTTP/1.1 302 Found\r\n", "Retry-After: 7\r\n", "x-error-code:  GatedRepo \r\n",
+        "HTTP/1.1 206 Partial Content\r\n", "Content-Range: bytes 500-999/1000\r\n",
+        "X-Error-Code: RepoNotFound\r\n"};
+    int news = 0;
+    for (size_t i = 0; i < sizeof lines / sizeof *lines; i++) {
+        if (i == 3) { /* what the first hop said */
+            CHECK(r.status == 302 && r.retry_after == 7);
+            CHECK_STR(r.error_code, "GatedRepo");
+        }
+        news += dsr1_hub_header_line(&r, lines[i], strlen(lines[i]));
+    }
+    CHECK_EQ_INT(news, 2);
+    CHECK(r.status == 206 && r.retry_after == 0 && r.range_start == 500);
+    CHECK_STR(r.error_code, "RepoNotFound");
+    /* libcurl's lines are not NUL-terminated: only len bytes are read */
+    CHECK_EQ_INT(dsr1_hub_header_line(&r, "X-Error-Code: AB-and-more", 16), 0);
+    CHECK_STR(r.error_code, "AB");
+    char big[700];
+    memset(big, 'G', sizeof big);
+    memcpy(big, "X-Error-Code: ", 14);
+    dsr1_hub_header_line(&r, big, sizeof big);
+    CHECK(strlen(r.error_code) == sizeof r.error_code - 1);
 }
