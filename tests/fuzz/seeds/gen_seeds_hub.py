@@ -31,7 +31,7 @@ w('hub_info', 'edge_upper_lfs.json', one(rfilename='x.safetensors', size=3, blob
                                          lfs=dict(sha256=lfs, size=3)))
 w('hub_info', 'edge_unsafe_path.json', one(rfilename='a/../../etc/passwd', size=1, blobId=blob))
 w('hub_info', 'edge_dot_path.json', one(rfilename='./config.json', size=1, blobId=blob))
-w('hub_info', 'edge_huge_size.json', one(rfilename='config.json', size=1e30, blobId=blob))
+w('hub_info', 'crash-size-1e30-float-cast.json', one(rfilename='config.json', size=1e30, blobId=blob))
 w('hub_info', 'edge_negative_size.json', one(rfilename='config.json', size=-1, blobId=blob))
 w('hub_info', 'edge_no_siblings.json', json.dumps(dict(sha=sha, siblings=[])))
 w('hub_info', 'edge_short_sha.json', json.dumps(dict(sha=sha[:39], siblings=info['siblings'])))
