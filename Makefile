@@ -96,6 +96,10 @@ demo: deps-ok $(BIN) $(TOOLS)
 bench: deps-ok $(BIN) $(TOOLS)
 	@sh tools/bench.sh
 
+# dsr1 vs llama.cpp / ik_llama.cpp: LLAMA_SRC=... IK_SRC=... (tools/bench_peer.sh)
+bench-peer: deps-ok $(BIN) $(TOOLS)
+	@BUILD=$(BUILD) sh tools/bench_peer.sh
+
 install: dsr1
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5
 	install -m 755 dsr1 $(DESTDIR)$(PREFIX)/bin/dsr1
@@ -121,8 +125,9 @@ help:
 	@echo "make check    the test suite under ASan + UBSan"
 	@echo "make demo     convert the bundled demo checkpoint and run prompts on it"
 	@echo "make bench    benchmarks (tokenizer, convert, decode/prefill)"
+	@echo "make bench-peer LLAMA_SRC=DIR IK_SRC=DIR   dsr1 vs llama.cpp, ik_llama.cpp"
 	@echo "make install  PREFIX=/usr/local: binary and man pages"
 	@echo "options: CUDA=0 HIP=0 CC=clang OPT=-O3"
 
-.PHONY: all test check demo bench install deps-ok gpu-summary clean help
+.PHONY: all test check demo bench bench-peer install deps-ok gpu-summary clean help
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
