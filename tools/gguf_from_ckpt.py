@@ -6,8 +6,8 @@ dsr1 runs (their llama-quantize then makes Q8_0 / Q4_K_M / Q4_0 from it).
 
 Why not the peers' convert_hf_to_gguf.py: it needs torch with float8 (not
 in Debian 12), transformers and a real tokenizer, and holds the model in
-memory; this needs only numpy, streams one tensor at a time (peak memory is
-one expert stack in float32, ~2 GB for R1's shapes) and writes the weights
+memory; this needs only numpy, streams ~32 MB of rows at a time (peak memory a few
+hundred MB) and writes the weights
 dsr1 `convert --type bf16` writes: FP8 codes times their block scale,
 rounded to the nearest BF16 (ties to even). Norms, the router and its bias
 are F32, as the peers' converter keeps them.
@@ -74,22 +74,39 @@ class Ckpt:
     def shape(self, name):
         return tuple(self.where[name][2]["shape"])
 
-    def f32(self, name):
-        """The tensor as float32 (FP8 dequantised with its block scales)."""
+    def f32(self, name, rows=None):
+        """The tensor (or its rows [r0, r1)) as float32, FP8 dequantised with
+        its block scales."""
         mm, base, v = self.where[name]
         a, b = v["data_offsets"]
-        raw, shape, dt = mm[base + a:base + b], v["shape"], v["dtype"]
+        shape, dt = list(v["shape"]), v["dtype"]
+        r0, r1 = rows if rows else (0, shape[0] if shape else 1)
+        row = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+        es = {"F32": 4, "BF16": 2, "F8_E4M3": 1}.get(dt)
+        if es is None:
+            raise SystemExit("%s: tensor %s: dtype %s not supported" % (self.d, name, dt))
+        raw = mm[base + a + r0 * row * es:base + a + r1 * row * es]
+        out = [r1 - r0] + shape[1:] if shape else []
         if dt == "F32":
-            return raw.view(np.float32).reshape(shape).copy()
+            return raw.view(np.float32).reshape(out).copy()
         if dt == "BF16":
-            return (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32).reshape(shape)
-        if dt == "F8_E4M3":
-            w = FP8[raw].reshape(shape)
-            s = self.f32(name + "_scale_inv")
-            r, c = shape
-            s = np.repeat(np.repeat(s, 128, 0)[:r], 128, 1)[:, :c]
-            return w * s
-        raise SystemExit("%s: tensor %s: dtype %s not supported" % (self.d, name, dt))
+            return (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32).reshape(out)
+        w = FP8[raw].reshape(out)
+        s = self.f32(name + "_scale_inv")[r0 // 128:(r1 + 127) // 128]
+        s = np.repeat(np.repeat(s, 128, 0)[r0 % 128:r0 % 128 + (r1 - r0)], 128, 1)[:, :shape[1]]
+        return w * s
+
+    def chunks(self, name):
+        """float32 pieces of the tensor in row order, ~32 MB each (rows in
+        whole 128-row FP8 blocks), so memory stays small."""
+        shape = self.shape(name)
+        if len(shape) < 2:
+            yield self.f32(name)
+            return
+        elems = int(os.environ.get("GGUF_CHUNK_ELEMS", 8 << 20))  # tests make it small
+        step = max(128, elems // max(1, shape[1]) // 128 * 128)
+        for r in range(0, shape[0], step):
+            yield self.f32(name, (r, min(shape[0], r + step)))
 
 
 def bf16(x):
@@ -102,7 +119,7 @@ def plan(ck, cfg):
     out = []
 
     def add(gname, hf, t=T_BF16):
-        out.append((gname, ck.shape(hf), t, lambda: ck.f32(hf)))
+        out.append((gname, ck.shape(hf), t, lambda: ck.chunks(hf)))
 
     add("token_embd.weight", "model.embed_tokens.weight")
     for i in range(cfg["num_hidden_layers"]):
@@ -131,7 +148,7 @@ def plan(ck, cfg):
             names = [p + "mlp.experts.%d.%s_proj.weight" % (x, g) for x in range(E)]
             shape = (E,) + ck.shape(names[0])
             out.append((b + "ffn_%s_exps.weight" % g, shape, T_BF16,
-                        lambda names=names: (ck.f32(n) for n in names)))
+                        lambda names=names: (c for n in names for c in ck.chunks(n))))
         for g in ("gate", "up", "down"):
             add(b + "ffn_%s_shexp.weight" % g, p + "mlp.shared_experts.%s_proj.weight" % g)
     add("output_norm.weight", "model.norm.weight", T_F32)
@@ -265,8 +282,7 @@ def main():
         f.write(b"\0" * (-f.tell() % ALIGN))
         for name, shape, t, make in tensors:
             start = f.tell()
-            x = make()
-            for part in (x if not isinstance(x, np.ndarray) else [x]):
+            for part in make():
                 f.write((bf16(part) if t == T_BF16 else np.ascontiguousarray(part, np.float32)).tobytes())
             f.write(b"\0" * (-(f.tell() - start) % ALIGN))
     os.replace(tmp, dst)

@@ -12,7 +12,8 @@ PY=/usr/bin/python3
 $PY -c "import numpy" 2>/dev/null || { echo "python3-numpy not installed (tools/deps.sh installs it)"; exit 77; }
 TOOL=$(dirname "$0")/../../tools/gguf_from_ckpt.py
 CK=$FIXTURES/tiny/ckpt
-$PY "$TOOL" "$CK" "$TMPDIR/t.gguf" || { echo "FAIL: gguf_from_ckpt.py exit"; exit 1; }
+# 128-row pieces: the multi-piece path (every R1 matrix takes it) on tiny shapes
+GGUF_CHUNK_ELEMS=1 $PY "$TOOL" "$CK" "$TMPDIR/t.gguf" || { echo "FAIL: gguf_from_ckpt.py exit"; exit 1; }
 $PY "$TOOL" "$CK" >/dev/null 2>&1 && { echo "FAIL: one argument accepted"; exit 1; }
 exec $PY - "$TMPDIR/t.gguf" "$CK" <<'PY'
 import json, os, struct, sys
