@@ -12,11 +12,14 @@
 #     two cores and these runs use F16 KV);
 #  2. generates the r1-shape checkpoint (gen_ckpt --preset r1: R1's layer
 #     shapes, 3 layers, 32 experts; ~13 GB of FP8) unless CKPT names one;
-#  3. converts it for dsr1 (`dsr1 convert --type T`) and to one BF16 GGUF
-#     (tools/gguf_from_ckpt.py: FP8 x block scale rounded to BF16, what dsr1
-#     --type bf16 holds), then llama-quantize makes the matching GGUFs:
-#       dsr1 fp8, int8  vs  Q8_0       dsr1 int4  vs  Q4_K_M (Q4_0 with Q4=q4_0)
+#  3. converts it, one type at a time, for dsr1 (`dsr1 convert --type T`)
+#     and to the matching GGUF (tools/gguf_from_ckpt.py writes BF16, Q8_0
+#     and Q4_0 from the same FP8 x block-scale values dsr1 starts from, with
+#     ggml's reference quantisers; Q4=q4_k_m goes through BF16 and the
+#     peers' llama-quantize):
+#       dsr1 fp8, int8  vs  Q8_0       dsr1 int4  vs  Q4_0 (Q4=q4_k_m: Q4_K_M)
 #       dsr1 bf16       vs  BF16
+#     Both INT4 sides keep the LM head at 8 bits (dsr1 INT8, GGUF Q8_0).
 #  4. for each pair, ROUNDS rounds (default 3), each round running dsr1,
 #     llama.cpp and ik_llama.cpp once in turn (interleaved: a burst of load
 #     from other processes hits all three alike) with the same threads:
@@ -26,12 +29,13 @@
 #     and prints the medians of prefill (pp512) and decode (tg32) tokens/s
 #     and the ratios dsr1 / peer, with the CPU named.
 #
-# Knobs: W (work folder, default build/peer; needs ~40 GB for the default
-# TYPES), TYPES (default "fp8 int8 int4"; add bf16 where memory holds a BF16
-# model twice over: ~23 GB here), THREADS (default 2), ROUNDS, PP (512), TG
-# (32), CKPT, Q4 (q4_k_m), KEEP=1 keeps the converted files (else each pair's
-# files are deleted after its rounds, except the checkpoint and the BF16
-# GGUF). Either source may be left out; its columns are then "-".
+# Knobs: W (work folder, default build/peer; holds the 13 GB checkpoint and
+# one pair at a time: at most ~19 GB more for fp8, 31 GB for bf16), TYPES
+# (default "fp8 int8 int4"; bf16 needs memory for a BF16 model twice over,
+# ~23 GB for this preset), THREADS (default 2), ROUNDS, PP (512), TG (32),
+# CKPT, Q4 (q4_0), KEEP=1 keeps the converted files (else each pair's files
+# are deleted after its rounds). Either source may be left out; its columns
+# are then "-".
 # Prints the table to stdout and to $W/peer.txt; the raw runs go to
 # $W/runs.txt.
 set -eu
@@ -43,7 +47,7 @@ THREADS=${THREADS:-2}
 ROUNDS=${ROUNDS:-3}
 PP=${PP:-512}
 TG=${TG:-32}
-Q4=${Q4:-q4_k_m}
+Q4=${Q4:-q4_0}
 PY=${PYTHON:-/usr/bin/python3}
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$W"
@@ -80,12 +84,7 @@ if [ ! -f "$CKPT/config.json" ]; then
     nice -n 10 "$BUILD/gen_ckpt" --out "$CKPT.tmp" --preset r1
     mv "$CKPT.tmp" "$CKPT"
 fi
-G16=$W/r1-bf16.gguf
-if [ -n "$LL$IK" ] && [ ! -f "$G16" ]; then
-    say "writing $G16"
-    nice -n 10 "$PY" "$HERE/gguf_from_ckpt.py" "$CKPT" "$G16"
-fi
-gguf_for() { # dsr1 type -> llama-quantize type
+gguf_for() { # dsr1 type -> GGUF type
     case $1 in fp8 | int8) echo q8_0 ;; int4) echo "$Q4" ;; bf16) echo bf16 ;; esac
 }
 dsr1_file() {
@@ -93,12 +92,23 @@ dsr1_file() {
     [ -f "$f" ] || nice -n 10 "$DSR1" convert "$CKPT" -o "$f" --type "$1" --threads "$THREADS" --quiet
     echo "$f"
 }
+# bf16, q8_0, q4_0: written directly from the checkpoint (no BF16 file on
+# the way); other types (q4_k_m): BF16 first, then llama-quantize, then the
+# BF16 file is deleted.
 gguf_file() {
-    q=$1
-    [ "$q" = bf16 ] && { echo "$G16"; return; }
-    g=$W/r1-$q.gguf
-    [ -f "$g" ] || nice -n 10 "$QUANT" "$G16" "$g" "$(echo "$q" | tr a-z A-Z)" "$THREADS" >"$g.log" 2>&1 ||
-        { say "llama-quantize $q failed, see $g.log"; exit 1; }
+    q=$1 g=$W/r1-$1.gguf
+    [ -f "$g" ] && { echo "$g"; return; }
+    case $q in
+    bf16 | q8_0 | q4_0)
+        say "writing $g"
+        nice -n 10 "$PY" "$HERE/gguf_from_ckpt.py" --type "$q" "$CKPT" "$g" ;;
+    *)
+        say "writing $W/r1-bf16.tmp.gguf, then llama-quantize $q"
+        nice -n 10 "$PY" "$HERE/gguf_from_ckpt.py" "$CKPT" "$W/r1-bf16.tmp.gguf"
+        nice -n 10 "$QUANT" "$W/r1-bf16.tmp.gguf" "$g" "$(echo "$q" | tr a-z A-Z)" "$THREADS" >"$g.log" 2>&1 ||
+            { say "llama-quantize $q failed, see $g.log"; rm -f "$W/r1-bf16.tmp.gguf"; exit 1; }
+        rm -f "$W/r1-bf16.tmp.gguf" ;;
+    esac
     echo "$g"
 }
 
@@ -135,7 +145,7 @@ for t in $TYPES; do
     done
     if [ -z "${KEEP:-}" ]; then
         rm -f "$f"
-        [ -n "$g" ] && [ "$g" != "$G16" ] && rm -f "$g"
+        [ -n "$g" ] && rm -f "$g"
     fi
 done
 

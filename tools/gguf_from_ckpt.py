@@ -18,7 +18,13 @@ fillers, BOS/EOS as DeepSeek numbers them): llama-bench feeds token ids,
 so speed does not depend on it, but text generation with the file is
 meaningless. The MTP layer is skipped (the peers do not run it).
 
-Usage: gguf_from_ckpt.py CKPT_DIR OUT.gguf
+Usage: gguf_from_ckpt.py [--type bf16|q8_0|q4_0] CKPT_DIR OUT.gguf
+
+--type q8_0 / q4_0 write those ggml block formats directly (ggml's
+reference quantisers, ported): no BF16 file twice their size on the way,
+which on a shared disk matters (R1-shape: BF16 11.4 GB, Q8_0 6.1 GB, Q4_0
+3.6 GB). Q4_0 keeps token_embd and output at Q8_0 (dsr1 --type int4 keeps
+its head at INT8). Q4_K_M needs the peers' llama-quantize from BF16.
 """
 import json
 import os
@@ -29,7 +35,8 @@ import numpy as np
 
 # GGUF value and tensor types (ggml.h / gguf docs)
 U32, I32, F32V, BOOL, STR, ARR, U64 = 4, 5, 6, 7, 8, 9, 10
-T_F32, T_BF16 = 0, 30
+T_F32, T_Q4_0, T_Q8_0, T_BF16 = 0, 2, 8, 30
+BLOCK = {T_F32: (1, 4), T_Q4_0: (32, 18), T_Q8_0: (32, 34), T_BF16: (1, 2)}  # elements, bytes
 ALIGN = 32
 
 
@@ -114,14 +121,50 @@ def bf16(x):
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
 
 
-def plan(ck, cfg):
-    """(gguf name, numpy shape, type, producer) for every tensor, in order."""
-    out = []
+def q8_0(x):
+    """ggml's quantize_row_q8_0_ref: per 32 values d = amax / 127 (F16),
+    codes round(x / d) half away from zero."""
+    b = np.ascontiguousarray(x, np.float32).reshape(-1, 32)
+    d = np.abs(b).max(axis=1) / 127.0
+    inv = np.divide(1.0, d, out=np.zeros_like(d), where=d != 0)
+    v = b * inv[:, None]
+    q = (np.sign(v) * np.floor(np.abs(v) + 0.5)).astype(np.int8)
+    out = np.empty((b.shape[0], 34), np.uint8)
+    out[:, :2] = d.astype(np.float16).view(np.uint8).reshape(-1, 2)
+    out[:, 2:] = q.view(np.uint8)
+    return out
 
-    def add(gname, hf, t=T_BF16):
+
+def q4_0(x):
+    """ggml's quantize_row_q4_0_ref: per 32 values d = (the value of largest
+    magnitude) / -8 (F16), codes min(15, trunc(x / d + 8.5)), value j in the
+    low nibble of byte j and value j + 16 in its high nibble."""
+    b = np.ascontiguousarray(x, np.float32).reshape(-1, 32)
+    mx = b[np.arange(b.shape[0]), np.abs(b).argmax(axis=1)]
+    d = mx / -8.0
+    inv = np.divide(1.0, d, out=np.zeros_like(d), where=d != 0)
+    q = np.minimum(15, np.trunc(b * inv[:, None] + 8.5)).astype(np.uint8)
+    out = np.empty((b.shape[0], 18), np.uint8)
+    out[:, :2] = d.astype(np.float16).view(np.uint8).reshape(-1, 2)
+    out[:, 2:] = q[:, :16] | (q[:, 16:] << 4)
+    return out
+
+
+ENCODE = {T_F32: lambda x: np.ascontiguousarray(x, np.float32), T_BF16: bf16, T_Q8_0: q8_0, T_Q4_0: q4_0}
+
+
+def plan(ck, cfg, wt):
+    """(gguf name, numpy shape, type, producer) for every tensor, in order;
+    matrices in wt (Q4_0 files keep the embeddings and the LM head at Q8_0,
+    as dsr1 --type int4 keeps its head at INT8), vectors and the router F32."""
+    out = []
+    big = T_Q8_0 if wt == T_Q4_0 else wt
+
+    def add(gname, hf, t=None):
+        t = wt if t is None else t
         out.append((gname, ck.shape(hf), t, lambda: ck.chunks(hf)))
 
-    add("token_embd.weight", "model.embed_tokens.weight")
+    add("token_embd.weight", "model.embed_tokens.weight", big)
     for i in range(cfg["num_hidden_layers"]):
         p, b = "model.layers.%d." % i, "blk.%d." % i
         add(b + "attn_norm.weight", p + "input_layernorm.weight", T_F32)
@@ -147,12 +190,12 @@ def plan(ck, cfg):
         for g in ("gate", "up", "down"):
             names = [p + "mlp.experts.%d.%s_proj.weight" % (x, g) for x in range(E)]
             shape = (E,) + ck.shape(names[0])
-            out.append((b + "ffn_%s_exps.weight" % g, shape, T_BF16,
+            out.append((b + "ffn_%s_exps.weight" % g, shape, wt,
                         lambda names=names: (c for n in names for c in ck.chunks(n))))
         for g in ("gate", "up", "down"):
             add(b + "ffn_%s_shexp.weight" % g, p + "mlp.shared_experts.%s_proj.weight" % g)
     add("output_norm.weight", "model.norm.weight", T_F32)
-    add("output.weight", "lm_head.weight")
+    add("output.weight", "lm_head.weight", big)
     return out
 
 
@@ -211,11 +254,11 @@ class Out:
             self.raw(struct.pack({U32: "<I", I32: "<i", F32V: "<f", BOOL: "<?", U64: "<Q"}[t], v))
 
 
-def metadata(cfg):
+def metadata(cfg, ftype):
     a = "deepseek2."
     rs = cfg.get("rope_scaling") or {}
     kv = [("general.architecture", STR, "deepseek2"), ("general.name", STR, "dsr1 bench checkpoint"),
-          ("general.alignment", U32, ALIGN), ("general.file_type", U32, 32),  # MOSTLY_BF16
+          ("general.alignment", U32, ALIGN), ("general.file_type", U32, ftype),
           (a + "block_count", U32, cfg["num_hidden_layers"]),
           (a + "context_length", U32, cfg["max_position_embeddings"]),
           (a + "embedding_length", U32, cfg["hidden_size"]),
@@ -254,13 +297,19 @@ def metadata(cfg):
 
 
 def main():
-    if len(sys.argv) != 3:
-        sys.exit("usage: gguf_from_ckpt.py CKPT_DIR OUT.gguf")
-    src, dst = sys.argv[1], sys.argv[2]
+    types = {"bf16": (T_BF16, 32), "q8_0": (T_Q8_0, 7), "q4_0": (T_Q4_0, 2)}  # llama_ftype
+    args = sys.argv[1:]
+    wt, ftype = types["bf16"]
+    if len(args) == 4 and args[0] == "--type" and args[1] in types:
+        wt, ftype = types[args[1]]
+        args = args[2:]
+    if len(args) != 2:
+        sys.exit("usage: gguf_from_ckpt.py [--type bf16|q8_0|q4_0] CKPT_DIR OUT.gguf")
+    src, dst = args
     cfg = json.load(open(os.path.join(src, "config.json")))
     ck = Ckpt(src)
-    tensors = plan(ck, cfg)
-    kv = metadata(cfg)
+    tensors = plan(ck, cfg, wt)
+    kv = metadata(cfg, ftype)
     tmp = dst + ".tmp"
     with open(tmp, "wb") as f:
         o = Out(f)
@@ -278,12 +327,13 @@ def main():
                 o.u64(d)
             o.u32(t)
             o.u64(off)
-            off += -(-int(np.prod(shape)) * (2 if t == T_BF16 else 4) // ALIGN) * ALIGN
+            n, bb = BLOCK[t]
+            off += -(-int(np.prod(shape)) // n * bb // ALIGN) * ALIGN
         f.write(b"\0" * (-f.tell() % ALIGN))
         for name, shape, t, make in tensors:
             start = f.tell()
             for part in make():
-                f.write((bf16(part) if t == T_BF16 else np.ascontiguousarray(part, np.float32)).tobytes())
+                f.write(ENCODE[t](part).tobytes())
             f.write(b"\0" * (-(f.tell() - start) % ALIGN))
     os.replace(tmp, dst)
 

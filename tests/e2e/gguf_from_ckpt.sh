@@ -15,6 +15,67 @@ CK=$FIXTURES/tiny/ckpt
 # 128-row pieces: the multi-piece path (every R1 matrix takes it) on tiny shapes
 GGUF_CHUNK_ELEMS=1 $PY "$TOOL" "$CK" "$TMPDIR/t.gguf" || { echo "FAIL: gguf_from_ckpt.py exit"; exit 1; }
 $PY "$TOOL" "$CK" >/dev/null 2>&1 && { echo "FAIL: one argument accepted"; exit 1; }
+$PY "$TOOL" --type q3 "$CK" "$TMPDIR/x.gguf" >/dev/null 2>&1 && { echo "FAIL: --type q3 accepted"; exit 1; }
+for q in q8_0 q4_0; do
+    GGUF_CHUNK_ELEMS=1 $PY "$TOOL" --type $q "$CK" "$TMPDIR/$q.gguf" || { echo "FAIL: --type $q exit"; exit 1; }
+done
+$PY - "$TMPDIR" "$CK" <<'PY' || exit 1
+# Q8_0 / Q4_0 (ggml block formats: F16 d, then 32 int8 codes / 16 bytes of
+# nibble pairs j, j + 16): decoded here, every value of an attention matrix
+# within the format's error of FP8 x scale (half a step; Q4_0 clips the
+# values of the opposite sign to the block's extreme: one step); the heads
+# and embeddings of the Q4_0 file are Q8_0.
+import json, os, struct, sys
+import numpy as np
+d, ck = sys.argv[1], sys.argv[2]
+FP8 = np.array([(-1 if c >> 7 else 1) * ((c & 7) * 2.0 ** -9 if not (c >> 3) & 15 else (8 + (c & 7)) * 2.0 ** (((c >> 3) & 15) - 10)) for c in range(256)])
+idx = json.load(open(os.path.join(ck, "model.safetensors.index.json")))["weight_map"]
+def st(name):
+    raw = open(os.path.join(ck, idx[name]), "rb").read()
+    n = struct.unpack_from("<Q", raw)[0]; h = json.loads(raw[8:8 + n])[name]
+    a, z = h["data_offsets"]; return h["shape"], raw[8 + n + a:8 + n + z]
+sh, w = st("model.layers.0.self_attn.q_a_proj.weight"); _, s = st("model.layers.0.self_attn.q_a_proj.weight_scale_inv")
+R, C = sh
+sc = np.frombuffer(s, np.float32).reshape((R + 127) // 128, (C + 127) // 128)
+ref = FP8[np.frombuffer(w, np.uint8)].reshape(R, C) * np.repeat(np.repeat(sc, 128, 0)[:R], 128, 1)[:, :C]
+def tensors(path):
+    b = open(path, "rb").read(); pos = [8]
+    def take(f):
+        v = struct.unpack_from(f, b, pos[0]); pos[0] += struct.calcsize(f); return v[0]
+    def sv():
+        n = take("<Q"); pos[0] += n; return b[pos[0] - n:pos[0]].decode()
+    SZ = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+    def val(t):
+        if t == 8: return sv()
+        if t == 9:
+            et, n = take("<I"), take("<Q"); [val(et) for _ in range(n)]; return None
+        return take(SZ[t])
+    nt, nkv = take("<Q"), take("<Q")
+    for _ in range(nkv): sv(); val(take("<I"))
+    out = {}
+    for _ in range(nt):
+        name = sv(); nd = take("<I"); ne = [take("<Q") for _ in range(nd)]; out[name] = (ne, take("<I"), take("<Q"))
+    return b, pos[0] + (-pos[0] % 32), out
+fail = []
+for q, tid, bb in (("q8_0", 8, 34), ("q4_0", 2, 18)):
+    b, data, ts = tensors(os.path.join(d, q + ".gguf"))
+    ne, t, off = ts["blk.0.attn_q_a.weight"]
+    if t != tid: fail.append("%s: attn_q_a type %d" % (q, t)); continue
+    blk = np.frombuffer(b, np.uint8, R * C // 32 * bb, data + off).reshape(-1, bb)
+    dd = blk[:, :2].copy().view(np.float16).astype(np.float64).reshape(-1)
+    if tid == 8:
+        v = blk[:, 2:].view(np.int8).astype(np.float64) * dd[:, None]; tol = 0.6
+    else:
+        lo, hi = blk[:, 2:] & 15, blk[:, 2:] >> 4
+        v = (np.concatenate([lo, hi], axis=1).astype(np.float64) - 8) * dd[:, None]; tol = 1.01
+    err = np.abs(v.reshape(R, C) - ref) - tol * np.abs(dd).repeat(32).reshape(R, C)
+    if (err > 1e-12).any(): fail.append("%s: %d values beyond the format's error" % (q, int((err > 1e-12).sum())))
+    if q == "q4_0":
+        for n in ("output.weight", "token_embd.weight"):
+            if ts[n][1] != 8: fail.append("q4_0: %s type %d, want Q8_0" % (n, ts[n][1]))
+for f in fail: print("FAIL:", f)
+sys.exit(1 if fail else 0)
+PY
 exec $PY - "$TMPDIR/t.gguf" "$CK" <<'PY'
 import json, os, struct, sys
 gg, ck = sys.argv[1], sys.argv[2]
