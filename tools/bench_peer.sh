@@ -128,7 +128,8 @@ run_llama() { # bindir gguf extra... -> "pp tg"
         END { if (pp == "" || tg == "") exit 1; print pp, tg }'
 }
 median() { sort -g | awk '{ v[NR] = $1 } END { if (!NR) { print "-"; exit } print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
-col() { awk -v e="$1" -v t="$2" -v k="$3" '$1 == e && $2 == t { print $k }' "$RUNS" | median; }
+col() { awk -v e="$1" -v t="$2" -v k="$3" '$1 == e && $2 == t { print $k }' "$RUNS" | median |
+    awk '{ if ($1 == "-") print; else printf "%.2f\n", $1 }'; }
 
 for t in $TYPES; do
     q=$(gguf_for "$t")
@@ -154,7 +155,7 @@ cpu=$("$DSR1" info --hw 2>/dev/null | awk -F': *' '/^cpu:/ { print $2; exit }')
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b == 0) print "-"; else printf "%.2f", a / b }'; }
 {
     echo "machine: ${cpu:-unknown CPU}, $(nproc) CPUs, $THREADS threads; medians of $ROUNDS interleaved rounds"
-    echo "dsr1 $(git -C "$HERE/.." rev-parse --short HEAD 2>/dev/null || echo '?')" \
+    echo "dsr1 $("$DSR1" --version 2>/dev/null | head -1) ($(git -C "$HERE/.." rev-parse --short HEAD 2>/dev/null || echo '?'))" \
         "llama.cpp ${LLAMA_SRC:-(not run)} ik_llama.cpp ${IK_SRC:-(not run)} (ik: -mla 3 -fmoe 1)"
     printf '%-22s %8s %8s %8s %8s %8s\n' "tok/s" dsr1 llama ik dsr1/llama dsr1/ik
     for t in $TYPES; do
