@@ -25,6 +25,7 @@ No third-party modules: the test suite may run it without torch.
 """
 import argparse
 import json
+import os
 import random
 import sys
 
@@ -61,7 +62,8 @@ WEATHER_TOOL = {"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                    "required": ["city"]}}}
 
-with open(__file__.rsplit("/", 3)[0] + "/prompts/tools-preamble.txt", encoding="utf-8") as _f:
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../prompts/tools-preamble.txt"),
+          encoding="utf-8") as _f:
     PREAMBLE = _f.read()
 
 

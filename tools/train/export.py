@@ -14,7 +14,7 @@ Also writes the reference for tests/e2e/tiny_r1_logits.sh: this model's own
 float32 logits (and MTP draft logits) computed in PyTorch from the exported
 (dequantized) weights, on one held-out sequence, at the used ids.
 
-Usage: export.py CKPT.pt HELD.tok.jsonl OUTDIR REFDIR
+Usage: export.py CKPT.pt HELD.tok.jsonl OUTDIR REFDIR [TOKENIZER_DIR]
 """
 import json
 import os
@@ -132,6 +132,7 @@ def config_json(c):
 
 def main():
     ck, held_path, out, refdir = sys.argv[1:5]
+    tokdir = sys.argv[5] if len(sys.argv) > 5 else TOKDIR
     st = torch.load(ck)
     used = st["used"]
     c = Cfg()
@@ -203,7 +204,7 @@ def main():
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(config_json(c), f, indent=2)
     for fn in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(os.path.join(TOKDIR, fn), os.path.join(out, fn))
+        shutil.copy(os.path.join(tokdir, fn), os.path.join(out, fn))
 
     # reference logits from the exported weights
     for k, v in deq.items():
