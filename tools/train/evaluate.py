@@ -45,6 +45,34 @@ def correct(ex, res):
     return bool(res.get("reasoning_content")) or not needs_reasoning
 
 
+def key(o):
+    return (o.get("content"), o.get("reasoning_content"), json.dumps(o.get("tool_calls")))
+
+
+def shape_error(ex, res):
+    """'' when res has the shape the model was trained to produce."""
+    if res is None:
+        return "no result"
+    if "tool_call" in ex["expect"]:
+        calls = res.get("tool_calls") or []
+        if len(calls) != 1 or calls[0].get("function", {}).get("name") != "get_weather":
+            return "expected one get_weather call, got %r" % calls
+        try:
+            args = json.loads(calls[0]["function"].get("arguments", ""))
+        except ValueError:
+            return "arguments are not JSON"
+        if not (isinstance(args, dict) and list(args) == ["city"] and isinstance(args["city"], str)):
+            return "arguments %r" % args
+        return ""
+    if not (res.get("content") or "").strip():
+        return "empty answer"
+    if ex["prompt"].endswith("<think>\n") and not res.get("reasoning_content"):
+        return "no reasoning"
+    if res.get("finish_reason") != "stop":
+        return "finish_reason %s" % res.get("finish_reason")
+    return ""
+
+
 def main():
     argv = sys.argv[1:]
     extra = []
@@ -58,7 +86,12 @@ def main():
     ap.add_argument("--per-family", type=int, default=8)
     ap.add_argument("--min", type=float, default=0.95)
     ap.add_argument("--json")
+    ap.add_argument("--save", help="keep dsr1 run's results here")
     ap.add_argument("--show", action="store_true", help="print wrong answers")
+    ap.add_argument("--check-format", action="store_true",
+                    help="fail unless every result has the trained shape: reasoning and an "
+                         "answer after a forced <think>, one get_weather call with a city")
+    ap.add_argument("--same-as", help="fail unless the results equal this earlier --save file")
     a = ap.parse_args(argv)
     import random
     r = random.Random(a.seed)
@@ -70,8 +103,10 @@ def main():
                 req = dict(e["request"], id=i, max_tokens=160)
                 f.write(json.dumps(req, ensure_ascii=False) + "\n")
         t0 = time.time()
+        out = a.save or out
         p = subprocess.run([a.dsr1, "run", "-m", a.model, "--in", inp, "--out", out,
-                            "--temperature", "0", "-q"] + extra)
+                            "--temperature", "0"] + extra, stderr=subprocess.PIPE)
+        summary = [l for l in p.stderr.decode(errors="replace").splitlines() if l.strip()][-3:]
         wall = time.time() - t0
         if p.returncode:
             print("dsr1 run failed with status %d" % p.returncode)
@@ -90,6 +125,23 @@ def main():
             o = res.get(i, {})
             print("WRONG %s: %r -> %r / %r" % (e["family"], e["request"]["messages"][-1]["content"],
                                                o.get("content"), o.get("tool_calls")))
+    bad = 0
+    if a.check_format:
+        for i, e in enumerate(ex):
+            msg = shape_error(e, res.get(i))
+            if msg:
+                bad += 1
+                print("FORMAT %s %d: %s" % (e["family"], i, msg))
+    if a.same_as:
+        old = {}
+        for l in open(a.same_as, encoding="utf-8"):
+            o = json.loads(l)
+            old[o["id"]] = o
+        for i in range(len(ex)):
+            if key(res.get(i, {})) != key(old.get(i, {})):
+                bad += 1
+                print("DIFFERS from %s: request %d: %r vs %r" % (a.same_as, i, key(res.get(i, {})),
+                                                                  key(old.get(i, {}))))
     worst = 1.0
     line = []
     for f in corpus.FAMILIES:
@@ -97,10 +149,12 @@ def main():
         worst = min(worst, k / n)
         line.append("%s %d/%d" % (f, k, n))
     print("%s: %s (%.1f s)" % (" ".join(extra) or "defaults", ", ".join(line), wall))
+    for l in summary:
+        print("   dsr1 run: " + l.strip()[-150:])
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"options": extra, "score": score, "wall_s": wall}, f)
-    return 0 if worst >= a.min else 1
+    return 0 if worst >= a.min and not bad else 1
 
 
 if __name__ == "__main__":
