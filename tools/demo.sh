@@ -24,7 +24,7 @@ fi
 echo "== dsr1 info $dir/tiny-r1.dsr1"
 ./dsr1 info "$dir/tiny-r1.dsr1" | head -20
 echo "== dsr1 run -m $dir/tiny-r1.dsr1 --in prompts/examples.jsonl --temperature 0   (undertrained: right form, mostly wrong answers)"
-./dsr1 run -m "$dir/tiny-r1.dsr1" --in prompts/examples.jsonl --out "$dir/results.jsonl" --temperature 0
+./dsr1 run -m "$dir/tiny-r1.dsr1" --in prompts/examples.jsonl --out "$dir/results.jsonl" --overwrite --temperature 0
 echo
 python3 tools/train/show.py prompts/examples.jsonl "$dir/results.jsonl"
 echo "== raw results in $dir/results.jsonl"

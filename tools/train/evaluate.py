@@ -105,7 +105,7 @@ def main():
         t0 = time.time()
         out = a.save or out
         p = subprocess.run([a.dsr1, "run", "-m", a.model, "--in", inp, "--out", out,
-                            "--temperature", "0"] + extra, stderr=subprocess.PIPE)
+                            "--temperature", "0", "--overwrite"] + extra, stderr=subprocess.PIPE)
         summary = [l for l in p.stderr.decode(errors="replace").splitlines() if l.strip()][-3:]
         wall = time.time() - t0
         if p.returncode:
