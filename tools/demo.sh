@@ -28,5 +28,5 @@ echo "== dsr1 run -m $dir/tiny-r1.dsr1 --in prompts/examples.jsonl --temperature
 echo
 python3 tools/train/show.py prompts/examples.jsonl "$dir/results.jsonl"
 echo "== raw results in $dir/results.jsonl"
-echo "== chat with it (it knows the six task families in models/tiny-r1/README.md):"
+echo "== chat with it (six task families, undertrained: see models/tiny-r1/README.md):"
 echo "   ./dsr1 chat -m $dir/tiny-r1.dsr1 --temperature 0"
