@@ -23,7 +23,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "convert/dsr1file.h"
+#include "core/dsr1file.h"
 #include "tokenizer_internal.h"
 #include "unicode.h"
 

@@ -393,6 +393,14 @@ void dsr1_file_close(dsr1_file *f)
 /* ---- accessors -------------------------------------------------------- */
 
 const char *dsr1_file_path(const dsr1_file *f) { return f->path; }
+
+int dsr1_file_contains(const dsr1_file *f, const void *p, uint64_t n)
+{
+    const uint8_t *b = p;
+    if (!p) return n == 0;
+    return b >= f->map && (uint64_t)(b - f->map) <= f->map_size &&
+           n <= f->map_size - (uint64_t)(b - f->map);
+}
 const dsr1_file_header *dsr1_file_header_of(const dsr1_file *f) { return &f->hdr; }
 const char *dsr1_file_metadata(const dsr1_file *f) { return f->meta; }
 size_t dsr1_file_n_tensors(const dsr1_file *f) { return f->n; }
