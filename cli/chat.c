@@ -24,6 +24,7 @@
 
 #include "chat_io.h"
 #include "chat_save.h"
+#include "chat_set.h"
 #include "cli.h"
 #include "common.h"
 #include "run_req.h"
@@ -84,7 +85,8 @@ static const char help_text[] =
     "  /help                 this list\n"
     "  /reset                forget the conversation (keeps the system prompt)\n"
     "  /system TEXT          set the system prompt (empty: none)\n"
-    "  /set NAME VALUE       temperature, top_p, top_k, min_p, repeat_penalty, seed, max_tokens\n"
+    "  /set [NAME VALUE]     list the settings, or set temperature, top_p, top_k, min_p,\n"
+    "                        repetition_penalty, seed or max_tokens\n"
     "  /think show|hide|collapse   how reasoning is displayed\n"
     "  /stats                numbers of the last answer\n"
     "  /save FILE            save the conversation and its KV cache (zstd)\n"
@@ -233,25 +235,17 @@ static void cmd_stats(chat *c)
 
 static void cmd_set(chat *c, const char *arg)
 {
-    char name[32];
-    double v;
-    if (sscanf(arg, "%31s %lf", name, &v) != 2) {
-        fprintf(stderr, "usage: /set NAME VALUE (see /help)\n");
+    dsr1_chat_settings st = {&c->sampling, &c->max_tokens};
+    if (!*arg) {
+        dsr1_chat_set_list(&st, stderr);
+        fprintf(stderr, "  %-19s %s\n", "think (/think)",
+                c->mode == DSR1_THINK_SHOW ? "show" : c->mode == DSR1_THINK_HIDE ? "hide"
+                                                                                 : "collapse");
         return;
     }
-    dsr1_sampling *s = &c->sampling;
-    if (!strcmp(name, "temperature") && v >= 0) s->temperature = (float)v;
-    else if (!strcmp(name, "top_p") && v >= 0 && v <= 1) s->top_p = (float)v;
-    else if (!strcmp(name, "top_k") && v >= 0) s->top_k = (int)v;
-    else if (!strcmp(name, "min_p") && v >= 0 && v <= 1) s->min_p = (float)v;
-    else if (!strcmp(name, "repeat_penalty") && v > 0) s->repetition_penalty = (float)v;
-    else if (!strcmp(name, "seed") && v >= 0) s->seed = (uint64_t)v;
-    else if (!strcmp(name, "max_tokens") && v >= 1) c->max_tokens = (int)v;
-    else {
-        fprintf(stderr, "/set: unknown name or value out of range: %s\n", arg);
-        return;
-    }
-    fprintf(stderr, "%s = %g\n", name, v);
+    char msg[256];
+    int rc = dsr1_chat_set(&st, arg, msg, sizeof msg);
+    fprintf(stderr, "%s%s\n", rc ? "dsr1: " : "", msg);
 }
 
 static void forget_kv(chat *c)
@@ -278,21 +272,87 @@ static void cmd_save(chat *c, const char *path)
     free(kv);
 }
 
+/* A loaded conversation must work for the next turn: user and assistant
+ * messages with string contents, and a rendering that leaves room in the
+ * context. 0, or -1 after printing why not. */
+static int check_loaded(chat *c, const char *path, cJSON *msgs, const cJSON *sys)
+{
+    int i = 0;
+    const cJSON *m;
+    if (sys && !cJSON_IsString(sys) && !cJSON_IsNull(sys)) {
+        fprintf(stderr, "dsr1: %s: \"system\" is not a string; not loaded\n", path);
+        return -1;
+    }
+    cJSON_ArrayForEach(m, msgs) {
+        i++;
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        const cJSON *text = cJSON_GetObjectItemCaseSensitive(m, "content");
+        const cJSON *rs = cJSON_GetObjectItemCaseSensitive(m, "reasoning_content");
+        const char *r = cJSON_IsString(role) ? role->valuestring : "";
+        const char *why = !cJSON_IsObject(m) ? "not an object"
+                          : strcmp(r, "user") && strcmp(r, "assistant")
+                              ? "role is not \"user\" or \"assistant\""
+                          : !cJSON_IsString(text) ? "content is not a string"
+                          : rs && (!cJSON_IsString(rs) || strcmp(r, "assistant"))
+                              ? "reasoning_content is not an assistant's string" : NULL;
+        if (why) {
+            fprintf(stderr, "dsr1: %s: message %d: %s; not loaded\n", path, i, why);
+            return -1;
+        }
+    }
+    /* Render it as the next turn will (with an empty user turn to come). */
+    cJSON *keep_msgs = c->msgs;
+    char *keep_sys = c->system;
+    c->msgs = msgs;
+    c->system = cJSON_IsString(sys) ? sys->valuestring : NULL;
+    dsr1_chat *conv = NULL;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int forced = 0, ctx = dsr1_engine_ctx(c->e);
+    dsr1_error err = {0};
+    int rc = conversation(c, &conv, &err);
+    if (!rc) rc = dsr1_gen_prompt(c->tk, &c->popts, conv, NULL, &ids, &n, &forced, &err);
+    c->msgs = keep_msgs;
+    c->system = keep_sys;
+    dsr1_chat_free(conv);
+    free(ids);
+    if (rc) {
+        fprintf(stderr, "dsr1: %s: the conversation does not render: %s; not loaded\n", path,
+                err.msg);
+        return -1;
+    }
+    if (n + 1 >= (size_t)ctx) {
+        fprintf(stderr, "dsr1: %s: the conversation takes %zu tokens, more than the context of "
+                "%d leaves for an answer; not loaded (start dsr1 chat with --ctx %zu or more)\n",
+                path, n, ctx, n + 1024);
+        return -1;
+    }
+    return 0;
+}
+
+/* The most a save of this context can hold: the header (the conversation
+ * as JSON, reasoning included) and the KV export of a full context. */
+static size_t save_json_max(const chat *c)
+{
+    return ((size_t)64 << 20) + (size_t)dsr1_engine_ctx(c->e) * 256;
+}
+
 static void cmd_load(chat *c, const char *path)
 {
     dsr1_error err = {0};
     cJSON *h = NULL;
     void *kv = NULL;
     size_t len = 0;
-    if (dsr1_chat_save_read(path, &h, &kv, &len, &err)) {
+    if (dsr1_chat_save_read(path, save_json_max(c), dsr1_engine_seq_export_max(c->e), &h, &kv,
+                            &len, &err)) {
         dsr1_cli_fail(&err);
         return;
     }
     cJSON *msgs = cJSON_DetachItemFromObject(h, "messages");
     const cJSON *sys = cJSON_GetObjectItemCaseSensitive(h, "system");
     if (!cJSON_IsArray(msgs)) {
-        fprintf(stderr, "dsr1: %s: no messages in the save\n", path);
-    } else {
+        fprintf(stderr, "dsr1: %s: no messages in the save; not loaded\n", path);
+    } else if (check_loaded(c, path, msgs, sys) == 0) {
         cJSON_Delete(c->msgs);
         c->msgs = msgs;
         msgs = NULL;

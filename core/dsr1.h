@@ -138,6 +138,11 @@ int dsr1_engine_seq_export(dsr1_engine *e, int seq, void **buf, size_t *len,
                            dsr1_error *err);
 int dsr1_engine_seq_import(dsr1_engine *e, const void *buf, size_t len, int *seq,
                            dsr1_error *err);
+/* The largest export this engine can make or import (a full context): a
+ * bound for reading a saved sequence back. */
+size_t dsr1_engine_seq_export_max(const dsr1_engine *e);
+/* Tokens per sequence at most (the context the engine was created with). */
+int dsr1_engine_ctx(const dsr1_engine *e);
 
 /* ---- one-shot forward (logits, eval, tests) --------------------------- */
 

@@ -137,6 +137,15 @@ int dsr1_engine_seq_export(dsr1_engine *e, int seq, void **buf, size_t *len, dsr
     return 0;
 }
 
+size_t dsr1_engine_seq_export_max(const dsr1_engine *e)
+{
+    const dsr1_kvcache *kv = e->kv;
+    return sizeof(seq_header) + (size_t)e->o.ctx * 4 +
+           (size_t)kv->n_layers * (size_t)e->o.ctx * row_bytes(kv);
+}
+
+int dsr1_engine_ctx(const dsr1_engine *e) { return e->o.ctx; }
+
 static int check_import(const dsr1_engine *e, const void *buf, size_t len, seq_header *h,
                         dsr1_error *err)
 {
@@ -186,6 +195,15 @@ int dsr1_engine_seq_import(dsr1_engine *e, const void *buf, size_t len, int *seq
     const unsigned char *q = (const unsigned char *)buf + (h.version == 1 ? SEQ_HEADER_V1 : sizeof h);
     memcpy(s->tokens, q, (size_t)h.n_tokens * 4);
     q += (size_t)h.n_tokens * 4;
+    for (uint32_t i = 0; i < h.n_tokens; i++)
+        if (s->tokens[i] < 0 || s->tokens[i] >= e->m->cfg.vocab_size) {
+            int32_t bad = s->tokens[i];
+            dsr1_kvcache_seq_free(kv, slot);
+            free(s->tokens);
+            s->tokens = NULL;
+            return dsr1_errorf(err, DSR1_EFORMAT, "import: token %d at %u out of the vocabulary "
+                               "(%d)", (int)bad, i, e->m->cfg.vocab_size);
+        }
     size_t rb = row_bytes(kv);
     for (uint32_t l = 0; l < h.n_layers; l++)
         for (uint32_t pos = 0; pos < h.n_kv; pos++, q += rb) {
