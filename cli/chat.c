@@ -10,16 +10,18 @@
  * the engine takes the kept sequence over, so it is never released here
  * once reused.
  *
- * Owns: options, the turn loop, the /commands, SIGINT handling (a flag; the
- * one piece of global state, allowed in cli/). Terminal input and the
+ * Owns: options, the turn loop, the /commands, SIGINT and SIGWINCH
+ * handling (flags; the only global state, allowed in cli/). Terminal input and the
  * streamed display are chat_io.c; the /save format is chat_save.c.
  */
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <getopt.h>
 #include <locale.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "chat_io.h"
@@ -29,12 +31,18 @@
 #include "common.h"
 #include "run_req.h"
 
-static volatile sig_atomic_t interrupted;
+static volatile sig_atomic_t interrupted, resized;
 
 static void on_sigint(int sig)
 {
     (void)sig;
     interrupted = 1;
+}
+
+static void on_sigwinch(int sig)
+{
+    (void)sig;
+    resized = 1;
 }
 
 typedef struct chat {
@@ -122,9 +130,24 @@ static void add_message(chat *c, const char *role, const char *content, const ch
     cJSON_AddItemToArray(c->msgs, o);
 }
 
-/* Step until seq finishes (or Ctrl-C cancels it). */
-static int generate(chat *c, int seq, dsr1_gen *g, dsr1_finish *fin, dsr1_error *err)
+/* Prompt progress, once a prefill has taken a noticeable time (short
+ * prompts never show it). */
+static void show_progress(chat *c, int seq, dsr1_chat_view *v, FILE *pf, double t0)
 {
+    dsr1_seq_stats st;
+    int fed = dsr1_engine_seq_fed(c->e, seq);
+    double dt = dsr1_common_now() - t0;
+    if (!pf || dt < 0.3 || dsr1_engine_seq_stats(c->e, seq, &st) || fed >= st.n_prompt) return;
+    dsr1_chat_view_progress(v, pf, fed, st.n_prompt, (fed - st.n_cached) / dt);
+}
+
+/* Step until seq finishes (or Ctrl-C cancels it). pf: where prompt
+ * progress goes (a terminal), or NULL. */
+static int generate(chat *c, int seq, dsr1_gen *g, dsr1_chat_view *v, FILE *pf,
+                    dsr1_finish *fin, dsr1_error *err)
+{
+    double t0 = dsr1_common_now();
+    int answering = 0;
     *fin = DSR1_FINISH_NONE;
     while (*fin == DSR1_FINISH_NONE) {
         if (interrupted) {
@@ -132,17 +155,23 @@ static int generate(chat *c, int seq, dsr1_gen *g, dsr1_finish *fin, dsr1_error 
             *fin = DSR1_FINISH_CANCEL;
             break;
         }
+        if (resized) {
+            resized = 0;
+            dsr1_chat_view_redraw(v);
+        }
         size_t n = 0;
         DSR1_TRY(dsr1_engine_step(c->e, c->ev, &n, err));
         for (size_t i = 0; i < n; i++) {
             const dsr1_event *ev = &c->ev[i];
             if (ev->seq != seq) continue; /* e.g. the finish of a cancelled turn */
+            if (ev->token >= 0) answering = 1;
             if (ev->token >= 0 && dsr1_gen_push(g, ev->token, err) < 0) return DSR1_ENOMEM;
             if (ev->finish == DSR1_FINISH_ERROR)
                 return dsr1_errorf(err, DSR1_EIO, "generation failed: %s",
                                    ev->message ? ev->message : "engine error");
             if (ev->finish) *fin = ev->finish;
         }
+        if (!answering && *fin == DSR1_FINISH_NONE) show_progress(c, seq, v, pf, t0);
     }
     return dsr1_gen_finish(g, err);
 }
@@ -172,6 +201,26 @@ static void end_turn(chat *c, int seq, const dsr1_gen *g)
     c->turns++;
 }
 
+/* How to go on when the conversation fills the context. */
+static void context_hint(const chat *c, int tty)
+{
+    fprintf(stderr, tty ? "dsr1: the conversation fills the context of %d tokens: /reset starts "
+                          "over (/save FILE first keeps it), or restart with a larger --ctx\n"
+                        : "dsr1: the prompt fills the context of %d tokens: shorten it or use a "
+                          "larger --ctx\n", dsr1_engine_ctx(c->e));
+}
+
+/* Why a turn ended, for the line after it; and whether the context is full. */
+static const char *ended(chat *c, int seq, dsr1_finish fin, int *full)
+{
+    dsr1_seq_stats st;
+    *full = fin == DSR1_FINISH_LENGTH && !dsr1_engine_seq_stats(c->e, seq, &st) &&
+            st.n_prompt + st.n_generated >= dsr1_engine_ctx(c->e);
+    return fin == DSR1_FINISH_CANCEL ? "stopped"
+           : *full                  ? "context full"
+           : fin == DSR1_FINISH_LENGTH ? "max_tokens reached" : NULL;
+}
+
 static int turn(chat *c, const char *text, FILE *out, FILE *rout, int tty, dsr1_error *err)
 {
     add_message(c, "user", text, NULL);
@@ -196,14 +245,21 @@ static int turn(chat *c, const char *text, FILE *out, FILE *rout, int tty, dsr1_
     if (rc) { /* nothing was generated: the user turn is taken back */
         cJSON_DeleteItemFromArray(c->msgs, cJSON_GetArraySize(c->msgs) - 1);
         dsr1_gen_free(&g);
+        if (rc == DSR1_ERANGE && n) { /* the prompt does not fit: say so, then how */
+            dsr1_cli_fail(err);
+            context_hint(c, tty);
+            err->msg[0] = 0; /* printed */
+        }
         return rc;
     }
     c->kept = -1; /* handed to the engine with the request */
     dsr1_chat_view_begin(&v, &g, forced);
     dsr1_finish fin;
-    rc = generate(c, seq, &g, &fin, err);
-    dsr1_chat_view_end(&v, fin == DSR1_FINISH_CANCEL ? "stopped"
-                           : fin == DSR1_FINISH_LENGTH ? "max_tokens reached" : NULL);
+    FILE *pf = tty ? stderr : isatty(2) ? stderr : NULL;
+    rc = generate(c, seq, &g, &v, pf, &fin, err);
+    int full = 0;
+    dsr1_chat_view_end(&v, ended(c, seq, fin, &full));
+    if (full) context_hint(c, tty);
     if (!rc || rc == DSR1_EIO) end_turn(c, seq, &g);
     dsr1_gen_free(&g);
     return rc;
@@ -407,11 +463,27 @@ static int command(chat *c, const char *line)
 
 /* ---- loops -------------------------------------------------------------- */
 
+/* mkdir -p (0700 for what it creates: history is private). */
+static int mkdir_p(const char *dir)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "%s", dir);
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = 0;
+        if (mkdir(p, 0700) && errno != EEXIST) return -1;
+        *s = '/';
+    }
+    return mkdir(p, 0700) && errno != EEXIST ? -1 : 0;
+}
+
 static int interactive(chat *c)
 {
     char hist[4200], dir[4096];
     dsr1_common_data_dir(dir, sizeof dir);
     snprintf(hist, sizeof hist, "%s/chat_history", dir);
+    if (mkdir_p(dir) != 0)
+        fprintf(stderr, "dsr1: %s: %s; history will not be kept\n", dir, strerror(errno));
     dsr1_chat_input *in = dsr1_chat_input_open(access(dir, W_OK) == 0 ? hist : NULL, &interrupted);
     if (!in) {
         fprintf(stderr, "dsr1: cannot start the line editor\n");
@@ -435,7 +507,8 @@ static int interactive(chat *c)
         int quit = 0;
         dsr1_error err = {0};
         if (text[0] == '/') quit = command(c, text);
-        else if (text[0] && turn(c, text, stdout, stdout, 1, &err)) dsr1_cli_fail(&err);
+        else if (text[0] && turn(c, text, stdout, stdout, 1, &err) && err.msg[0])
+            dsr1_cli_fail(&err);
         free(text);
         if (quit) break;
     }
@@ -453,7 +526,7 @@ static int piped(chat *c)
     if (dsr1_common_read_all("-", &text, &len, &err)) return dsr1_cli_fail(&err);
     int rc = turn(c, text, stdout, stderr, 0, &err);
     free(text);
-    return rc ? dsr1_cli_fail(&err) : 0;
+    return !rc ? 0 : err.msg[0] ? dsr1_cli_fail(&err) : 1;
 }
 
 /* ---- options and entry -------------------------------------------------- */
@@ -542,6 +615,10 @@ int dsr1_cmd_chat(int argc, char **argv)
     struct sigaction sa = {0};
     sa.sa_handler = on_sigint; /* no SA_RESTART: a read at the prompt returns */
     sigaction(SIGINT, &sa, NULL);
+    struct sigaction sw = {0};
+    sw.sa_handler = on_sigwinch;
+    sw.sa_flags = SA_RESTART; /* a resize never interrupts reading a line */
+    sigaction(SIGWINCH, &sw, NULL);
     chat c = {0};
     c.kept = -1;
     c.sampling = a.sampling;

@@ -131,6 +131,9 @@ typedef struct dsr1_seq_stats {
      * per step = (steps + accepted) / steps. */
 } dsr1_seq_stats;
 int dsr1_engine_seq_stats(const dsr1_engine *e, int seq, dsr1_seq_stats *st);
+/* Tokens of a sequence whose KV is computed (reused ones included): while
+ * it prefills, its progress through the prompt. -1 for an unknown id. */
+int dsr1_engine_seq_fed(const dsr1_engine *e, int seq);
 
 /* Serialise a kept sequence (its tokens and KV cache, uncompressed) into a
  * malloc'd buffer, and bring one back as a new finished, reusable sequence. */

@@ -80,6 +80,12 @@ void dsr1_engine_release(dsr1_engine *e, int seq)
     dsr1_engine_seq_clear(e, s);
 }
 
+int dsr1_engine_seq_fed(const dsr1_engine *e, int seq)
+{
+    const eseq *s = get(e, seq);
+    return s ? s->n_done : -1;
+}
+
 int dsr1_engine_seq_stats(const dsr1_engine *e, int seq, dsr1_seq_stats *st)
 {
     const eseq *s = get(e, seq);
