@@ -45,6 +45,9 @@ static void on_sigwinch(int sig)
     resized = 1;
 }
 
+/* KV slots: the turn, and the cancelled one whose finish is still owed. */
+enum { CHAT_SEQS = 2 };
+
 typedef struct chat {
     dsr1_model *m;
     dsr1_engine *e;
@@ -87,6 +90,10 @@ static const char usage_text[] =
     "      --spec-draft N      MTP draft tokens per step: -1 adaptive (default), 0 off, 1..8\n"
     "      --threads N         CPU threads (default: one per physical core)\n"
     "      --backend NAME      auto, cpu, cuda or hip (default auto)\n"
+    "      --preload           read the weights into memory first, with progress (default on\n"
+    "                          a terminal when the file is not yet in the page cache)\n"
+    "      --no-preload        do not (pages are then read on first use)\n"
+    "      --mlock             preload and lock the weights in memory\n"
     "  -h, --help              this help\n";
 
 static const char help_text[] =
@@ -587,7 +594,7 @@ static int open_chat(chat *c, const chat_args *a, dsr1_error *err)
 {
     char path[4096], warn[256];
     DSR1_TRY(dsr1_common_model_path(a->model, path, sizeof path, err));
-    DSR1_TRY(dsr1_common_open_model(&c->m, path, a->backend, a->gen.threads, 0, err));
+    DSR1_TRY(dsr1_common_open_checked(&c->m, path, a->backend, &a->gen, CHAT_SEQS, NULL, 0, err));
     if (!(c->tk = dsr1_model_tokenizer(c->m)))
         return dsr1_errorf(err, DSR1_EUNSUPPORTED, "%s: the model file has no tokenizer", path);
     DSR1_TRY(dsr1_gen_prompt_opts(&c->popts, c->m, a->template_name, a->no_think, warn,
@@ -595,7 +602,7 @@ static int open_chat(chat *c, const chat_args *a, dsr1_error *err)
     if (warn[0]) fprintf(stderr, "dsr1: %s\n", warn);
     dsr1_engine_options eo;
     dsr1_engine_options_default(&eo);
-    eo.max_seqs = 2; /* the turn, and the cancelled one whose finish is still owed */
+    eo.max_seqs = CHAT_SEQS;
     if (a->gen.ctx) eo.ctx = a->gen.ctx;
     eo.spec_draft = a->gen.spec_draft;
     DSR1_TRY(dsr1_engine_create(&c->e, c->m, &eo, err));

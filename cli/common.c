@@ -649,6 +649,11 @@ int dsr1_common_gen_flag(const char *cmd, dsr1_gen_flags *f, int c, const char *
         [DSR1_GEN_SPEC - DSR1_GEN_OPT_BASE] = {"--spec-draft", -1, 8, 1},
     };
     if (c < DSR1_GEN_OPT_BASE || c >= DSR1_GEN_OPT_END) return -1;
+    if (c == DSR1_GEN_MLOCK || c == DSR1_GEN_PRELOAD || c == DSR1_GEN_NOPRELOAD) {
+        if (c == DSR1_GEN_MLOCK) f->mlock = 1;
+        else f->preload = c == DSR1_GEN_PRELOAD ? 1 : -1;
+        return 0;
+    }
     int i = c - DSR1_GEN_OPT_BASE;
     double x;
     if (dsr1_common_opt_num(cmd, t[i].flag, v, t[i].lo, t[i].hi, t[i].integer, &x)) return 2;

@@ -60,6 +60,10 @@ static const char usage_text[] =
     "      --spec-draft N      MTP draft tokens per step: -1 adaptive (default), 0 off, 1..8\n"
     "      --threads N         CPU threads (default: one per physical core)\n"
     "      --backend NAME      auto, cpu, cuda or hip (default auto)\n"
+    "      --preload           read the weights into memory first, with progress (default on\n"
+    "                          a terminal when the file is not yet in the page cache)\n"
+    "      --no-preload        do not (pages are then read on first use)\n"
+    "      --mlock             preload and lock the weights in memory\n"
     "  -h, --help              this help\n"
     "\n"
     "Request fields override: max_tokens, temperature, top_p, top_k, min_p,\n"
@@ -247,7 +251,8 @@ static int open_all(run_args *a, dsr1_model **m, dsr1_engine **e, dsr1_error *er
 {
     char path[4096], warn[256];
     DSR1_TRY(dsr1_common_model_path(a->model, path, sizeof path, err));
-    DSR1_TRY(dsr1_common_open_model(m, path, a->backend, a->gen.threads, a->o.quiet, err));
+    DSR1_TRY(dsr1_common_open_checked(m, path, a->backend, &a->gen, a->prompt ? 1 : a->o.parallel,
+                                      a->prompt ? NULL : "--parallel", a->o.quiet, err));
     if (!dsr1_model_tokenizer(*m))
         return dsr1_errorf(err, DSR1_EUNSUPPORTED, "%s: the model file has no tokenizer", path);
     DSR1_TRY(dsr1_gen_prompt_opts(&a->o.prompt, *m, a->template_name, a->no_think, warn,

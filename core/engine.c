@@ -58,13 +58,13 @@ void dsr1_engine_options_default(dsr1_engine_options *o)
 /* Context and KV budget: ctx defaults to the model's maximum, the budget to
  * ctx * max_seqs tokens, both capped so the cache takes at most a quarter
  * of physical memory (it must still hold one full context). */
-static void size_cache(const dsr1_model *m, dsr1_engine_options *o, uint64_t tok_bytes)
+void dsr1_engine_size_cache(int max_pos, dsr1_engine_options *o, uint64_t tok_bytes)
 {
     uint64_t phys = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
     uint64_t cap = phys / 4;
     if (o->ctx <= 0) {
         uint64_t fit = cap / tok_bytes;
-        o->ctx = m->cfg.max_position_embeddings;
+        o->ctx = max_pos;
         if ((uint64_t)o->ctx > fit) o->ctx = (int)(fit > 64 ? fit : 64);
     }
     if (!o->kv_bytes) {
@@ -150,7 +150,8 @@ int dsr1_engine_create(dsr1_engine **out, dsr1_model *m, const dsr1_engine_optio
     /* The exact path keeps the KV in float32 whatever was asked. */
     if (m->compute == DSR1_COMPUTE_F32) o.kv_type = DSR1_KV_F32;
     int row = m->cfg.kv_lora_rank + m->cfg.qk_rope_head_dim;
-    size_cache(m, &o, dsr1_kvcache_token_bytes(o.kv_type, m->n_layers, row));
+    dsr1_engine_size_cache(m->cfg.max_position_embeddings, &o,
+                           dsr1_kvcache_token_bytes(o.kv_type, m->n_layers, row));
     dsr1_engine *e = calloc(1, sizeof *e);
     if (!e) return dsr1_errorf(err, DSR1_ENOMEM, "engine: out of memory");
     e->m = m;

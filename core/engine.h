@@ -113,6 +113,10 @@ void dsr1_engine_set_draft_override(dsr1_engine *e, dsr1_draft_fn fn, void *ctx)
 int dsr1_engine_draft(dsr1_engine *e, dsr1_error *err);
 
 double dsr1_engine_now(void);
+/* Fill o->ctx (when 0: max_pos, capped so the cache takes at most a quarter
+ * of physical memory) and o->kv_bytes (when 0) as engine creation does;
+ * also used by the memory estimate (memcheck.c) before loading. */
+void dsr1_engine_size_cache(int max_pos, dsr1_engine_options *o, uint64_t tok_bytes);
 /* Put a DONE or RUNNING sequence's KV slot back (the sequence stays). */
 void dsr1_engine_drop_kv(dsr1_engine *e, eseq *s);
 /* Free everything of a sequence; its id becomes FREE. */
