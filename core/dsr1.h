@@ -68,6 +68,7 @@ typedef struct dsr1_engine_options {
     dsr1_kv_type kv_type;
     int prefill_chunk;     /* max prompt tokens per sequence per step (default 512) */
     int spec_draft;        /* -1 adaptive (default), 0 off, N fixed draft length */
+    int prefix_cache;      /* 1 (default): share the KV of common prompt prefixes */
 } dsr1_engine_options;
 
 void dsr1_engine_options_default(dsr1_engine_options *o);

@@ -51,6 +51,7 @@ void dsr1_engine_options_default(dsr1_engine_options *o)
     o->kv_type = DSR1_KV_BF16;
     o->prefill_chunk = 512;
     o->spec_draft = -1;
+    o->prefix_cache = 1;
 }
 
 /* ---- create / free --------------------------------------------------------- */
@@ -169,6 +170,7 @@ int dsr1_engine_create(dsr1_engine **out, dsr1_model *m, const dsr1_engine_optio
     int rc = alloc_buffers(e, err);
     if (!rc) rc = dsr1_kvcache_create(&e->kv, &ko, err);
     if (!rc) rc = dsr1_fwd_create(&e->fwd, m, e->kv, e->max_batch, err);
+    if (!rc) rc = dsr1_engine_prefix_create(e, err);
     if (rc) {
         dsr1_engine_free(e);
         return rc;
@@ -183,6 +185,8 @@ void dsr1_engine_free(dsr1_engine *e)
     if (!e) return;
     for (int i = 0; e->seqs && i < e->n_seqs; i++) dsr1_engine_seq_clear(e, &e->seqs[i]);
     dsr1_fwd_free(e->fwd);
+    dsr1_prefix_free(e->prefix); /* before the cache whose pages it holds */
+    free(e->pfx_pages);
     dsr1_kvcache_free(e->kv);
     free(e->seqs);
     free(e->b_ids);
@@ -286,6 +290,12 @@ static int adopt(dsr1_engine *e, eseq *s)
     s->slot = old->slot;
     old->slot = -1;
     dsr1_kvcache_truncate(e->kv, s->slot, common);
+    /* Cut back into a page the prefix cache shares: write to a copy, or
+     * (no page free) keep only the whole pages. */
+    if (dsr1_kvcache_own_tail(e->kv, s->slot, NULL)) {
+        common -= common % e->kv->block;
+        dsr1_kvcache_truncate(e->kv, s->slot, common);
+    }
     dsr1_engine_seq_clear(e, old);
     s->n_done = s->n_mtp = common;
     s->h_lag = 0;
@@ -523,13 +533,17 @@ int dsr1_engine_step(dsr1_engine *e, dsr1_event *ev, size_t *n_ev, dsr1_error *e
             emit(ev, n_ev, &e->seqs[i], i, -1);
         }
     admit(e);
+    dsr1_engine_prefix_attach(e);
     plan p;
     if (!build_batch(e, &p, ev, n_ev)) return 0;
     DSR1_TRY(run_main(e, &p, err));
     for (int k = 0; k < p.nseq; k++) verify(e, &e->seqs[e->out_seq[k]], ev, n_ev);
-    if (!e->kmax) return 0;
-    double t0 = dsr1_engine_now();
-    int rc = dsr1_engine_draft(e, err);
-    e->t_draft += dsr1_engine_now() - t0;
+    int rc = 0;
+    if (e->kmax) {
+        double t0 = dsr1_engine_now();
+        rc = dsr1_engine_draft(e, err);
+        e->t_draft += dsr1_engine_now() - t0;
+    }
+    if (!rc) dsr1_engine_prefix_step_end(e);
     return rc;
 }

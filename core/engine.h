@@ -29,6 +29,7 @@
 #include "dsr1.h"
 #include "forward.h"
 #include "kvcache.h"
+#include "prefix.h"
 #include "spec.h"
 
 /* Test and bench hook (only in an engine that speculates: the model has an
@@ -101,6 +102,8 @@ struct dsr1_engine {
     dsr1_draft_fn override;  /* test/bench hook or NULL */
     void *override_ctx;
     double t_draft;          /* seconds spent drafting so far (bench --spec) */
+    dsr1_prefix *prefix;     /* prefix cache (engine_prefix.c) or NULL when off */
+    int32_t *pfx_pages;      /* [kv->max_pages] scratch for a match */
 };
 
 /* Install (or with fn NULL remove) the draft override hook. */
@@ -121,6 +124,15 @@ void dsr1_engine_size_cache(int max_pos, dsr1_engine_options *o, uint64_t tok_by
 void dsr1_engine_drop_kv(dsr1_engine *e, eseq *s);
 /* Free everything of a sequence; its id becomes FREE. */
 void dsr1_engine_seq_clear(dsr1_engine *e, eseq *s);
+/* Prefix cache (engine_prefix.c). attach: sequences still at the start of
+ * their prompt (n_done on a page boundary, their pages all from the tree)
+ * take the longest cached prefix, leaving at least one prompt token to
+ * feed. step_end: sequences that prefilled this step add their full pages.
+ * publish: one sequence's full pages (before its slot is given back). */
+int dsr1_engine_prefix_create(dsr1_engine *e, dsr1_error *err);
+void dsr1_engine_prefix_attach(dsr1_engine *e);
+void dsr1_engine_prefix_step_end(dsr1_engine *e);
+void dsr1_engine_prefix_publish(dsr1_engine *e, const eseq *s);
 /* A FREE entry, or NULL. */
 eseq *dsr1_engine_free_entry(dsr1_engine *e);
 

@@ -31,6 +31,7 @@ eseq *dsr1_engine_free_entry(dsr1_engine *e)
 
 void dsr1_engine_drop_kv(dsr1_engine *e, eseq *s)
 {
+    dsr1_engine_prefix_publish(e, s); /* its full pages stay, for later prompts */
     if (s->slot >= 0) dsr1_kvcache_seq_free(e->kv, s->slot);
     s->slot = -1;
 }
