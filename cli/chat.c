@@ -94,6 +94,8 @@ static const char usage_text[] =
     "                          a terminal when the file is not yet in the page cache)\n"
     "      --no-preload        do not (pages are then read on first use)\n"
     "      --mlock             preload and lock the weights in memory\n"
+    "      --no-prefix-cache   compute every prompt in full (default: prompts share the KV\n"
+    "                          cache of a common prefix, e.g. a system prompt)\n"
     "  -h, --help              this help\n";
 
 static const char help_text[] =
@@ -605,6 +607,7 @@ static int open_chat(chat *c, const chat_args *a, dsr1_error *err)
     eo.max_seqs = CHAT_SEQS;
     if (a->gen.ctx) eo.ctx = a->gen.ctx;
     eo.spec_draft = a->gen.spec_draft;
+    eo.prefix_cache = !a->gen.no_prefix_cache;
     DSR1_TRY(dsr1_engine_create(&c->e, c->m, &eo, err));
     c->ev = calloc(dsr1_engine_max_events(c->e), sizeof *c->ev);
     c->msgs = cJSON_CreateArray();

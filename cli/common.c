@@ -649,8 +649,10 @@ int dsr1_common_gen_flag(const char *cmd, dsr1_gen_flags *f, int c, const char *
         [DSR1_GEN_SPEC - DSR1_GEN_OPT_BASE] = {"--spec-draft", -1, 8, 1},
     };
     if (c < DSR1_GEN_OPT_BASE || c >= DSR1_GEN_OPT_END) return -1;
-    if (c == DSR1_GEN_MLOCK || c == DSR1_GEN_PRELOAD || c == DSR1_GEN_NOPRELOAD) {
-        if (c == DSR1_GEN_MLOCK) f->mlock = 1;
+    if (c == DSR1_GEN_MLOCK || c == DSR1_GEN_PRELOAD || c == DSR1_GEN_NOPRELOAD ||
+        c == DSR1_GEN_NOPREFIX) {
+        if (c == DSR1_GEN_NOPREFIX) f->no_prefix_cache = 1;
+        else if (c == DSR1_GEN_MLOCK) f->mlock = 1;
         else f->preload = c == DSR1_GEN_PRELOAD ? 1 : -1;
         return 0;
     }

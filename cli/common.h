@@ -131,6 +131,7 @@ enum {
     DSR1_GEN_MINP, DSR1_GEN_REP, DSR1_GEN_SEED, DSR1_GEN_CTX, DSR1_GEN_THREADS,
     DSR1_GEN_SPEC,
     DSR1_GEN_MLOCK, DSR1_GEN_PRELOAD, DSR1_GEN_NOPRELOAD, /* memory: no value */
+    DSR1_GEN_NOPREFIX,                                    /* no value */
     DSR1_GEN_OPT_END
 };
 /* getopt_long entries for the flags above, to splice into a command's table. */
@@ -147,7 +148,8 @@ enum {
     {"spec-draft", required_argument, 0, DSR1_GEN_SPEC},                              \
     {"mlock", no_argument, 0, DSR1_GEN_MLOCK},                                        \
     {"preload", no_argument, 0, DSR1_GEN_PRELOAD},                                    \
-    {"no-preload", no_argument, 0, DSR1_GEN_NOPRELOAD}
+    {"no-preload", no_argument, 0, DSR1_GEN_NOPRELOAD},                               \
+    {"no-prefix-cache", no_argument, 0, DSR1_GEN_NOPREFIX}
 
 typedef struct dsr1_gen_flags {
     dsr1_sampling *sampling; /* where the sampling flags go (caller's struct) */
@@ -156,6 +158,7 @@ typedef struct dsr1_gen_flags {
     int spec_draft;          /* -1 adaptive (default), 0 off, 1..8 */
     int preload;             /* 0 auto (terminal, file not cached), 1 --preload, -1 --no-preload */
     int mlock;               /* --mlock: preload and lock the weights in memory */
+    int no_prefix_cache;     /* --no-prefix-cache: every prompt computed in full */
 } dsr1_gen_flags;
 
 /* If c is one of the DSR1_GEN_* codes, parse v into f and return 0 (or 2

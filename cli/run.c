@@ -64,6 +64,8 @@ static const char usage_text[] =
     "                          a terminal when the file is not yet in the page cache)\n"
     "      --no-preload        do not (pages are then read on first use)\n"
     "      --mlock             preload and lock the weights in memory\n"
+    "      --no-prefix-cache   compute every prompt in full (default: prompts share the KV\n"
+    "                          cache of a common prefix, e.g. a system prompt)\n"
     "  -h, --help              this help\n"
     "\n"
     "Request fields override: max_tokens, temperature, top_p, top_k, min_p,\n"
@@ -263,6 +265,7 @@ static int open_all(run_args *a, dsr1_model **m, dsr1_engine **e, dsr1_error *er
     eo.max_seqs = a->prompt ? 1 : a->o.parallel;
     if (a->gen.ctx) eo.ctx = a->gen.ctx;
     eo.spec_draft = a->gen.spec_draft;
+    eo.prefix_cache = !a->gen.no_prefix_cache;
     return dsr1_engine_create(e, *m, &eo, err);
 }
 
