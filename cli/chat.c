@@ -365,7 +365,7 @@ static int check_loaded(chat *c, const char *path, cJSON *msgs, const cJSON *sys
             return -1;
         }
     }
-    /* Render it as the next turn will (with an empty user turn to come). */
+    /* Render it as the next turn will (its own message comes on top). */
     cJSON *keep_msgs = c->msgs;
     char *keep_sys = c->system;
     c->msgs = msgs;

@@ -25,6 +25,11 @@
  * and without speculation. Then dsr1_engine_draft (engine_spec.c) feeds the
  * MTP layer and makes the next drafts.
  *
+ * Prefix cache (engine_prefix.c, on unless o.prefix_cache is 0): before a
+ * step's batch is built, prefilling sequences take the KV pages of their
+ * longest cached prompt prefix; after it, the pages they computed are
+ * published to the tree.
+ *
  * (Cancel, release, stats, export and import: engine_seq.c.)
  */
 #include "engine.h"

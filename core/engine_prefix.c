@@ -15,7 +15,8 @@
  * Giving (publish): full pages of positions whose rows are final: below
  * n_done, and below n_mtp when the engine speculates (a cached page must
  * carry the MTP layer's rows too). At the end of a step for sequences that
- * prefilled in it, and for every sequence when its slot is given back.
+ * prefilled in it, and for every sequence when its slot is given back,
+ * except one that failed (its rows may be what made it fail).
  *
  * cached_tokens (stats.n_cached) counts the prompt tokens taken.
  */
@@ -57,7 +58,8 @@ void dsr1_engine_prefix_attach(dsr1_engine *e)
 
 void dsr1_engine_prefix_publish(dsr1_engine *e, const eseq *s)
 {
-    if (!e->prefix || s->slot < 0 || !s->tokens) return;
+    /* A failed sequence's rows are not trusted (e.g. non-finite). */
+    if (!e->prefix || s->slot < 0 || !s->tokens || s->finish == DSR1_FINISH_ERROR) return;
     const dsr1_kvcache *kv = e->kv;
     int lim = s->n_done;
     if (e->kmax && s->n_mtp < lim) lim = s->n_mtp;

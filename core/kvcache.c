@@ -2,9 +2,11 @@
  * kvcache.c - the paged latent KV cache (layout and invariants in
  * kvcache.h).
  *
- * Owns: page allocation (a free stack), per-slot page tables, row storage
- * and its conversions (F32 / BF16 / FP8 with a per-row scale). Does not
- * know about attention or scheduling: the engine decides who gets pages.
+ * Owns: page allocation (a free stack), per-page holder counts (pages shared
+ * with the prefix cache), per-slot page tables, row storage and its
+ * conversions (F32 / BF16 / FP8 with a per-row scale). Does not know about
+ * attention, scheduling or the prefix tree: the engine decides who gets
+ * pages, the tree only holds references and frees them on reclaim.
  *
  * FP8 rows use scale = amax / 448 over the whole row (latent and rope part
  * together), so a row is one quantisation group, as the per-token-per-layer

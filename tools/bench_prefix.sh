@@ -61,15 +61,12 @@ for r in $(seq "$ROUNDS"); do
     one off --no-prefix-cache | tee -a "$B/off.txt"
 done
 python3 - "$B/on.txt" "$B/off.txt" <<'PY'
-import sys, re
+import re, statistics, sys
 def load(p):
     rows = [re.findall(r"computed +(\d+) +wall +([\d.]+)", l)[0] for l in open(p)]
-    return [int(a) for a, _ in rows], [float(b) for _, b in rows]
+    return statistics.median(int(a) for a, _ in rows), statistics.median(float(b) for _, b in rows)
 con, won = load(sys.argv[1]); coff, woff = load(sys.argv[2])
-print("prefill computed: on %d, off %d tokens (%.1fx fewer); wall: on %.2f s, off %.2f s (%.2fx faster, medians)"
-      % (sorted(con)[len(con)//2], sorted(coff)[len(coff)//2],
-         sorted(coff)[len(coff)//2] / max(1, sorted(con)[len(con)//2]),
-         sorted(won)[len(won)//2], sorted(woff)[len(woff)//2],
-         sorted(woff)[len(woff)//2] / sorted(won)[len(won)//2]))
+print("medians: prefill computed on %d, off %d tokens (%.1fx fewer); wall on %.2f s, off %.2f s "
+      "(%.2fx faster)" % (con, coff, coff / max(1, con), won, woff, woff / won))
 PY
 rm -f "$B/on.txt" "$B/off.txt"
