@@ -45,9 +45,12 @@ save long "{\"messages\":[{\"role\":\"user\",\"content\":\"$long\"},{\"role\":\"
 save good '{"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":"Hello."}],"system":"Be brief.","kv_bytes":0}'
 head -c 30 "$D/good.chat" >"$D/torn.chat"
 
-# A 2 GB allocation would fail under this limit (the model maps ~270 MB).
+# A 2 GB allocation would fail under this limit (the model maps ~270 MB);
+# not under a sanitizer, which reserves terabytes of address space.
+LIMIT="ulimit -v 1500000;"
+[ -n "${DSR1_SANITIZED:-}" ] && LIMIT=
 tmux new-session -d -s "$S" -x 160 -y 60 \
-    "ulimit -v 1500000; env XDG_DATA_HOME=$D/xdg $DSR1 chat -m $M --template r1 --temperature 0 --max-tokens 3 --ctx 2048; echo EXITED \$?; sleep 60"
+    "$LIMIT env XDG_DATA_HOME=$D/xdg $DSR1 chat -m $M --template r1 --temperature 0 --max-tokens 3 --ctx 2048; echo EXITED \$?; sleep 60"
 wait_for 'Type a message' || exit 1
 send "First." Enter
 wait_for '\[max_tokens reached\]'
