@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { S_TEMP, S_TOPP, S_TOPK, S_MINP, S_REP, S_SEED, S_MAXTOK } setting_id;
+typedef enum { S_TEMP, S_TOPP, S_TOPK, S_MINP, S_REP, S_PRES, S_FREQ, S_SEED, S_MAXTOK } setting_id;
 
 static const struct {
     const char *name, *alias;
@@ -27,6 +27,8 @@ static const struct {
     [S_TOPK] = {"top_k", "top-k", 0, 1 << 30, 1},
     [S_MINP] = {"min_p", "min-p", 0, 1, 0},
     [S_REP] = {"repetition_penalty", "repeat_penalty", 0.001, 100, 0},
+    [S_PRES] = {"presence_penalty", "presence-penalty", -2, 2, 0},
+    [S_FREQ] = {"frequency_penalty", "frequency-penalty", -2, 2, 0},
     [S_SEED] = {"seed", NULL, 0, 9007199254740992.0, 1},
     /* The answer also ends at the context, as with --max-tokens. */
     [S_MAXTOK] = {"max_tokens", "max-tokens", 1, 1 << 30, 1},
@@ -42,6 +44,8 @@ static double get(const dsr1_chat_settings *s, int i)
     case S_TOPK: return p->top_k;
     case S_MINP: return p->min_p;
     case S_REP: return p->repetition_penalty;
+    case S_PRES: return p->presence_penalty;
+    case S_FREQ: return p->frequency_penalty;
     case S_SEED: return (double)p->seed;
     default: return *s->max_tokens;
     }
@@ -56,6 +60,8 @@ static void put(const dsr1_chat_settings *s, int i, double v)
     case S_TOPK: p->top_k = (int)v; break;
     case S_MINP: p->min_p = (float)v; break;
     case S_REP: p->repetition_penalty = (float)v; break;
+    case S_PRES: p->presence_penalty = (float)v; break;
+    case S_FREQ: p->frequency_penalty = (float)v; break;
     case S_SEED: p->seed = (uint64_t)v; break;
     default: *s->max_tokens = (int)v; break;
     }
@@ -80,7 +86,7 @@ int dsr1_chat_set(const dsr1_chat_settings *s, const char *arg, char *msg, size_
     int i = find(name);
     if (i < 0) {
         snprintf(msg, cap, "/set %s: unknown setting (temperature, top_p, top_k, min_p, "
-                 "repetition_penalty, seed, max_tokens)", name);
+                 "repetition_penalty, presence_penalty, frequency_penalty, seed, max_tokens)", name);
         return -1;
     }
     char *end;

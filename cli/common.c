@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -145,6 +146,102 @@ int dsr1_common_opt_num(const char *cmd, const char *flag, const char *val, doub
     return 0;
 }
 
+/* ---- settings: one spelling each ----------------------------------------- */
+
+/* Canonical names are OpenAI's JSON names; the flag is the same with
+ * dashes; aliases are what llama.cpp, vLLM and older dsr1 spell. `dsr1 run`
+ * request lines, the run/chat flags and chat's /set all read this table. */
+static const dsr1_setting settings[] = {
+    {"max_tokens", "--max-tokens", "max_completion_tokens n_predict predict", 1, 1 << 30, 1},
+    {"temperature", "--temperature", "temp", 0, 100, 0},
+    {"top_p", "--top-p", "", 0, 1, 0},
+    {"top_k", "--top-k", "", 0, 1 << 30, 1},
+    {"min_p", "--min-p", "", 0, 1, 0},
+    {"repetition_penalty", "--repetition-penalty", "repeat_penalty", 0.001, 100, 0},
+    {"presence_penalty", "--presence-penalty", "", -2, 2, 0},
+    {"frequency_penalty", "--frequency-penalty", "", -2, 2, 0},
+    {"seed", "--seed", "", 0, 9007199254740992.0, 1},
+};
+
+const dsr1_setting *dsr1_common_settings(size_t *n)
+{
+    *n = sizeof settings / sizeof settings[0];
+    return settings;
+}
+
+/* a == b with '-' and '_' the same. */
+static int same_name(const char *a, const char *b, size_t bn)
+{
+    size_t i = 0;
+    for (; i < bn && a[i]; i++)
+        if (a[i] != b[i] && !((a[i] == '-' || a[i] == '_') && (b[i] == '-' || b[i] == '_')))
+            return 0;
+    return i == bn && !a[i];
+}
+
+const dsr1_setting *dsr1_common_setting(const char *name)
+{
+    while (*name == '-') name++;
+    for (size_t i = 0; i < sizeof settings / sizeof settings[0]; i++) {
+        const dsr1_setting *t = &settings[i];
+        if (same_name(name, t->name, strlen(t->name))) return t;
+        for (const char *a = t->aliases; *a;) {
+            size_t l = strcspn(a, " ");
+            if (same_name(name, a, l)) return t;
+            a += l;
+            while (*a == ' ') a++;
+        }
+    }
+    return NULL;
+}
+
+size_t dsr1_common_edit_distance(const char *a, const char *b)
+{
+    /* Optimal string alignment distance (Damerau-Levenshtein without
+     * repeated edits of a substring): a swap of neighbours costs 1, the
+     * usual typo. Three rows; names are short, longer input is cut. */
+    enum { L = 64 };
+    size_t n = strlen(a), m = strlen(b);
+    if (n > L) n = L;
+    if (m > L) m = L;
+    size_t r0[L + 1], r1[L + 1], r2[L + 1];
+    size_t *pp = r0, *p = r1, *c = r2;
+    for (size_t j = 0; j <= m; j++) p[j] = j;
+    for (size_t i = 1; i <= n; i++) {
+        c[0] = i;
+        for (size_t j = 1; j <= m; j++) {
+            size_t cost = a[i - 1] != b[j - 1];
+            size_t v = p[j] + 1;
+            if (c[j - 1] + 1 < v) v = c[j - 1] + 1;
+            if (p[j - 1] + cost < v) v = p[j - 1] + cost;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                pp[j - 2] + 1 < v)
+                v = pp[j - 2] + 1;
+            c[j] = v;
+        }
+        size_t *t = pp;
+        pp = p;
+        p = c;
+        c = t;
+    }
+    return p[m];
+}
+
+const char *dsr1_common_suggest(const char *word, const char *const *cands, size_t n)
+{
+    const char *best = NULL;
+    size_t bd = (size_t)-1, wl = strlen(word);
+    /* Close enough to be a typo: at most 2 edits, and fewer than a third
+     * of the word (so "ab" does not suggest "cd"). */
+    size_t limit = wl / 3 < 2 ? wl / 3 : 2;
+    if (limit == 0 && wl >= 2) limit = 1;
+    for (size_t i = 0; i < n; i++) {
+        size_t d = dsr1_common_edit_distance(word, cands[i]);
+        if (d < bd) bd = d, best = cands[i];
+    }
+    return best && bd > 0 && bd <= limit ? best : NULL;
+}
+
 /* ---- terminal ----------------------------------------------------------- */
 
 int dsr1_common_use_color(int fd, int no_color_flag)
@@ -270,6 +367,10 @@ struct dsr1_linereader {
     size_t in_len, in_pos;
     char *buf;        /* decoded text, [pos, len) not yet returned */
     size_t len, pos, cap;
+    size_t max_line;  /* 0: no limit */
+    size_t skipped;   /* bytes of an over-long line dropped so far */
+    size_t too_long;  /* the line just returned was over max_line: its length */
+    int skipping;
     char name[512];
 };
 
@@ -354,16 +455,39 @@ static int fill(dsr1_linereader *r, dsr1_error *err)
     return 0;
 }
 
+void dsr1_common_reader_set_max_line(dsr1_linereader *r, size_t max_line)
+{
+    r->max_line = max_line;
+}
+
+size_t dsr1_common_reader_too_long(const dsr1_linereader *r) { return r->too_long; }
+
+/* Return the line [start, start + n) (NUL-terminated at start + n), or an
+ * empty one with too_long set when it was over the limit. */
+static void give_line(dsr1_linereader *r, char **line, size_t *len, size_t start, size_t n)
+{
+    if (r->max_line && n > r->max_line) r->skipping = 1; /* whole in the buffer, still too long */
+    if (r->skipping) {
+        r->too_long = r->skipped + n;
+        r->skipping = 0;
+        r->skipped = 0;
+        n = 0;
+    }
+    *line = r->buf + start;
+    *len = n;
+}
+
 int dsr1_common_reader_next(dsr1_linereader *r, char **line, size_t *len, dsr1_error *err)
 {
+    r->too_long = 0;
     for (;;) {
         char *nl = memchr(r->buf + r->pos, '\n', r->len - r->pos);
         if (nl) {
-            *line = r->buf + r->pos;
-            *len = (size_t)(nl - *line);
-            if (*len && nl[-1] == '\r') (*len)--;
-            *nl = 0;
+            size_t start = r->pos, n = (size_t)(nl - (r->buf + start));
+            if (n && nl[-1] == '\r') n--;
+            r->buf[start + n] = 0;
             r->pos = (size_t)(nl - r->buf) + 1;
+            give_line(r, line, len, start, n);
             return 0;
         }
         if (r->pos) { /* compact: the partial line moves to the front */
@@ -371,13 +495,21 @@ int dsr1_common_reader_next(dsr1_linereader *r, char **line, size_t *len, dsr1_e
             r->len -= r->pos;
             r->pos = 0;
         }
+        if (r->max_line && r->len > r->max_line) {
+            /* Over the limit: drop what is buffered and keep counting, so
+             * memory stays bounded by the limit, not the line. */
+            r->skipping = 1;
+            r->skipped += r->len;
+            r->len = 0;
+        }
         if (r->eof && r->in_pos == r->in_len && !r->out_pending) {
             if (r->zst == 1 && r->frame_open)
                 return dsr1_errorf(err, DSR1_EFORMAT, "%s: truncated zstd frame", r->name);
-            *len = r->len;
             DSR1_TRY(ensure_space(r, 1, err));
             r->buf[r->len] = 0;
-            *line = r->len ? r->buf : NULL;
+            int any = r->len || r->skipping;
+            give_line(r, line, len, 0, r->len);
+            if (!any) *line = NULL;
             r->pos = r->len;
             return 0;
         }
@@ -476,7 +608,8 @@ static int grow(char **p, size_t *cap, size_t want)
 {
     if (*cap >= want) return 0;
     size_t c = *cap ? *cap : 4096;
-    while (c < want) c *= 2;
+    while (c < want && c <= SIZE_MAX / 2) c *= 2;
+    if (c < want) return -1; /* no doubling reaches it: refuse, never loop */
     char *n = realloc(*p, c);
     if (!n) return -1;
     *p = n;
@@ -526,111 +659,6 @@ void dsr1_common_writer_close(dsr1_recwriter *w)
     free(w);
 }
 
-/* ---- resume ----------------------------------------------------------- */
-
-static int is_record(const char *line, size_t len)
-{
-    cJSON *j = cJSON_ParseWithLength(line, len);
-    int ok = cJSON_IsObject(j);
-    cJSON_Delete(j);
-    return ok;
-}
-
-/* Walk the complete lines of text[0,n); returns the byte length of the good
- * prefix. Only the last line may be bad (torn); a bad line before it means
- * the file is not ours and the caller refuses (*bad_line set). */
-static size_t good_lines(const char *text, size_t n, void (*fn)(void *, const char *, size_t),
-                         void *ctx, long *bad_line)
-{
-    size_t pos = 0;
-    long ln = 0;
-    while (pos < n) {
-        const char *nl = memchr(text + pos, '\n', n - pos);
-        size_t l = nl ? (size_t)(nl - (text + pos)) : n - pos;
-        ln++;
-        if (!nl || !is_record(text + pos, l)) {
-            if (nl && (size_t)(nl - text) + 1 < n) *bad_line = ln;
-            return pos;
-        }
-        if (fn) fn(ctx, text + pos, l);
-        pos += l + 1;
-    }
-    return pos;
-}
-
-/* zstd: complete frames whose text is complete records are kept. */
-static int good_frames(const char *data, size_t n, void (*fn)(void *, const char *, size_t),
-                       void *ctx, size_t *keep, const char *path, dsr1_error *err)
-{
-    size_t pos = 0, cap = 0;
-    char *text = NULL;
-    int rc = 0;
-    while (pos < n) {
-        size_t fsz = ZSTD_findFrameCompressedSize(data + pos, n - pos);
-        if (ZSTD_isError(fsz)) break; /* torn frame: cut here */
-        unsigned long long csz = ZSTD_getFrameContentSize(data + pos, fsz);
-        if (csz == ZSTD_CONTENTSIZE_ERROR || csz == ZSTD_CONTENTSIZE_UNKNOWN ||
-            grow(&text, &cap, (size_t)csz + 1)) {
-            rc = dsr1_errorf(err, DSR1_EFORMAT, "%s: zstd frame at byte %zu without a usable size",
-                             path, pos);
-            break;
-        }
-        size_t got = ZSTD_decompress(text, cap, data + pos, fsz);
-        if (ZSTD_isError(got)) break;
-        long bad = 0;
-        size_t ok = good_lines(text, got, NULL, NULL, &bad);
-        if (ok != got) break; /* a frame that does not end in whole records */
-        good_lines(text, got, fn, ctx, &bad);
-        pos += fsz;
-    }
-    free(text);
-    *keep = pos;
-    return rc;
-}
-
-int dsr1_common_read_back(const char *path, void (*fn)(void *ctx, const char *line, size_t len),
-                          void *ctx, char *note, size_t note_cap, dsr1_error *err)
-{
-    note[0] = 0;
-    int fd = open(path, O_RDWR | O_CLOEXEC);
-    if (fd < 0 && errno == ENOENT) return 0;
-    if (fd < 0) return dsr1_errorf(err, DSR1_EIO, "%s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || st.st_size == 0) {
-        close(fd);
-        return 0;
-    }
-    size_t n = (size_t)st.st_size, keep = 0;
-    char *data = mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (data == MAP_FAILED) {
-        close(fd);
-        return dsr1_errorf(err, DSR1_EIO, "%s: mmap: %s", path, strerror(errno));
-    }
-    int rc = 0;
-    if (zstd_magic(data, n)) {
-        rc = good_frames(data, n, fn, ctx, &keep, path, err);
-    } else {
-        long bad = 0;
-        keep = good_lines(data, n, NULL, NULL, &bad);
-        if (bad)
-            rc = dsr1_errorf(err, DSR1_EFORMAT,
-                             "%s: line %ld is not a JSON record; not resuming into this file",
-                             path, bad);
-        else
-            good_lines(data, keep, fn, ctx, &bad);
-    }
-    munmap(data, n);
-    if (!rc && keep < n) {
-        if (ftruncate(fd, (off_t)keep) != 0)
-            rc = dsr1_errorf(err, DSR1_EIO, "%s: truncate: %s", path, strerror(errno));
-        else
-            snprintf(note, note_cap, "%s: cut %zu bytes of an incomplete last record", path,
-                     n - keep);
-    }
-    close(fd);
-    return rc;
-}
-
 /* ---- generation flags ---------------------------------------------------- */
 
 int dsr1_common_gen_flag(const char *cmd, dsr1_gen_flags *f, int c, const char *v)
@@ -641,12 +669,14 @@ int dsr1_common_gen_flag(const char *cmd, dsr1_gen_flags *f, int c, const char *
         [DSR1_GEN_TOPP - DSR1_GEN_OPT_BASE] = {"--top-p", 0, 1, 0},
         [DSR1_GEN_TOPK - DSR1_GEN_OPT_BASE] = {"--top-k", 0, 1 << 30, 1},
         [DSR1_GEN_MINP - DSR1_GEN_OPT_BASE] = {"--min-p", 0, 1, 0},
-        [DSR1_GEN_REP - DSR1_GEN_OPT_BASE] = {"--repeat-penalty", 0.001, 100, 0},
+        [DSR1_GEN_REP - DSR1_GEN_OPT_BASE] = {"--repetition-penalty", 0.001, 100, 0},
         [DSR1_GEN_SEED - DSR1_GEN_OPT_BASE] = {"--seed", 0, 9007199254740992.0, 1},
         [DSR1_GEN_CTX - DSR1_GEN_OPT_BASE] = {"--ctx", 1, 1 << 30, 1},
         [DSR1_GEN_THREADS - DSR1_GEN_OPT_BASE] = {"--threads", 0, 4096, 1},
         /* 8: the engine's DSR1_SPEC_MAX_DRAFT */
         [DSR1_GEN_SPEC - DSR1_GEN_OPT_BASE] = {"--spec-draft", -1, 8, 1},
+        [DSR1_GEN_PRES - DSR1_GEN_OPT_BASE] = {"--presence-penalty", -2, 2, 0},
+        [DSR1_GEN_FREQ - DSR1_GEN_OPT_BASE] = {"--frequency-penalty", -2, 2, 0},
     };
     if (c < DSR1_GEN_OPT_BASE || c >= DSR1_GEN_OPT_END) return -1;
     if (c == DSR1_GEN_MLOCK || c == DSR1_GEN_PRELOAD || c == DSR1_GEN_NOPRELOAD ||
@@ -670,6 +700,8 @@ int dsr1_common_gen_flag(const char *cmd, dsr1_gen_flags *f, int c, const char *
     case DSR1_GEN_SEED: s->seed = (uint64_t)x; break;
     case DSR1_GEN_CTX: f->ctx = (int)x; break;
     case DSR1_GEN_THREADS: f->threads = (int)x; break;
+    case DSR1_GEN_PRES: s->presence_penalty = (float)x; break;
+    case DSR1_GEN_FREQ: s->frequency_penalty = (float)x; break;
     default: f->spec_draft = (int)x; break;
     }
     return 0;

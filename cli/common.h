@@ -38,6 +38,30 @@ void dsr1_common_data_dir(char *out, size_t cap);
 int dsr1_common_opt_num(const char *cmd, const char *flag, const char *val, double lo, double hi,
                         int integer, double *out);
 
+/*
+ * The sampling settings, one canonical spelling each, shared by `run`
+ * request fields, the `run`/`chat` flags and chat's /set: name is the JSON
+ * and /set name (OpenAI's: "repetition_penalty"), flag the command-line
+ * spelling ("--repetition-penalty"); aliases (space separated) are still
+ * accepted ("repeat_penalty"). lo/hi: the allowed range.
+ */
+typedef struct dsr1_setting {
+    const char *name, *flag, *aliases;
+    double lo, hi;
+    int integer;
+} dsr1_setting;
+/* The table and its length. */
+const dsr1_setting *dsr1_common_settings(size_t *n);
+/* The setting a name or alias means ('-' and '_' alike, leading dashes
+ * ignored), or NULL. */
+const dsr1_setting *dsr1_common_setting(const char *name);
+
+/* Edit distance with a swap of neighbours counting 1 (names up to 64 bytes). */
+size_t dsr1_common_edit_distance(const char *a, const char *b);
+/* The candidate that word is most likely a typo of, or NULL when none is
+ * close (at most 2 edits and under a third of the word). */
+const char *dsr1_common_suggest(const char *word, const char *const *cands, size_t n);
+
 /* ---- terminal ----------------------------------------------------------- */
 
 /* Whether to colour output written to fd: a terminal, no NO_COLOR in the
@@ -90,6 +114,12 @@ int dsr1_common_reader_open(dsr1_linereader **r, const char *path, dsr1_error *e
  * its length; *line is NULL at the end. Returns 0 or DSR1_EIO/EFORMAT. */
 int dsr1_common_reader_next(dsr1_linereader *r, char **line, size_t *len, dsr1_error *err);
 void dsr1_common_reader_close(dsr1_linereader *r); /* NULL is a no-op */
+/* Lines longer than max_line bytes (0: no limit, the default) are not kept:
+ * the reader skips to their end holding at most max_line bytes, returns an
+ * empty line for them and dsr1_common_reader_too_long says their length. */
+void dsr1_common_reader_set_max_line(dsr1_linereader *r, size_t max_line);
+/* The length of the line just returned when it was over the limit, else 0. */
+size_t dsr1_common_reader_too_long(const dsr1_linereader *r);
 
 /*
  * Record writer to a file or "-" (stdout). A name ending in .zst writes
@@ -129,7 +159,7 @@ enum {
     DSR1_GEN_OPT_BASE = 1000,
     DSR1_GEN_MAXTOK = DSR1_GEN_OPT_BASE, DSR1_GEN_TEMP, DSR1_GEN_TOPP, DSR1_GEN_TOPK,
     DSR1_GEN_MINP, DSR1_GEN_REP, DSR1_GEN_SEED, DSR1_GEN_CTX, DSR1_GEN_THREADS,
-    DSR1_GEN_SPEC,
+    DSR1_GEN_SPEC, DSR1_GEN_PRES, DSR1_GEN_FREQ,
     DSR1_GEN_MLOCK, DSR1_GEN_PRELOAD, DSR1_GEN_NOPRELOAD, /* memory: no value */
     DSR1_GEN_NOPREFIX,                                    /* no value */
     DSR1_GEN_OPT_END
@@ -141,7 +171,14 @@ enum {
     {"top-p", required_argument, 0, DSR1_GEN_TOPP},                                   \
     {"top-k", required_argument, 0, DSR1_GEN_TOPK},                                   \
     {"min-p", required_argument, 0, DSR1_GEN_MINP},                                   \
+    {"repetition-penalty", required_argument, 0, DSR1_GEN_REP},                       \
     {"repeat-penalty", required_argument, 0, DSR1_GEN_REP},                           \
+    {"presence-penalty", required_argument, 0, DSR1_GEN_PRES},                        \
+    {"frequency-penalty", required_argument, 0, DSR1_GEN_FREQ},                       \
+    {"temp", required_argument, 0, DSR1_GEN_TEMP},                                    \
+    {"n-predict", required_argument, 0, DSR1_GEN_MAXTOK},                             \
+    {"predict", required_argument, 0, DSR1_GEN_MAXTOK},                               \
+    {"ctx-size", required_argument, 0, DSR1_GEN_CTX},                                 \
     {"seed", required_argument, 0, DSR1_GEN_SEED},                                    \
     {"ctx", required_argument, 0, DSR1_GEN_CTX},                                      \
     {"threads", required_argument, 0, DSR1_GEN_THREADS},                              \

@@ -5,9 +5,10 @@
  * Stop strings are matched on the answer only: a stop string that happens
  * to occur while the model reasons must not end the request before it has
  * answered. A match may straddle tokens, so each new piece is searched
- * together with the last (longest stop - 1) bytes before it. The answer
- * streamed to the sink may run up to one token past a stop that straddles
- * tokens; the buffer itself is cut exactly.
+ * together with the last (longest stop - 1) bytes before it. The sink gets
+ * the answer (longest stop - 1) bytes late, so what it streams never holds
+ * any part of a matched stop string either; the held bytes go out at the
+ * end (dsr1_gen_finish).
  */
 #include "run_gen.h"
 
@@ -75,6 +76,18 @@ static void match_stop(dsr1_gen *g, size_t from)
     g->stopped = 1;
 }
 
+/* Send the sink the answer bytes no stop string can still claim (all of
+ * them at the end or after a match). */
+static void stream_answer(dsr1_gen *g, int all)
+{
+    if (!g->sink) return;
+    size_t hold = all || g->stopped || !g->n_stop || !g->max_stop ? 0 : g->max_stop - 1;
+    size_t upto = g->answer.n > hold ? g->answer.n - hold : 0;
+    if (upto <= g->streamed) return;
+    g->sink(g->sink_ctx, DSR1_GEN_ANSWER, g->answer.p + g->streamed, upto - g->streamed);
+    g->streamed = upto;
+}
+
 /* Route one splitter delta into the buffers and the sink. */
 static int take(dsr1_gen *g, const dsr1_reasoning_delta *d)
 {
@@ -90,8 +103,8 @@ static int take(dsr1_gen *g, const dsr1_reasoning_delta *d)
     if (d->n_answer && !g->stopped) {
         size_t from = g->answer.n;
         if (buf_add(&g->answer, d->answer, d->n_answer)) return -1;
-        if (g->sink) g->sink(g->sink_ctx, DSR1_GEN_ANSWER, d->answer, d->n_answer);
         if (g->n_stop) match_stop(g, from);
+        stream_answer(g, 0);
     }
     return 0;
 }
@@ -125,6 +138,7 @@ int dsr1_gen_finish(dsr1_gen *g, dsr1_error *err)
     }
     DSR1_TRY(dsr1_reasoning_finish(g->split, &d, err));
     if (take(g, &d)) return dsr1_errorf(err, DSR1_ENOMEM, "generated text: out of memory");
+    stream_answer(g, 1);
     return 0;
 }
 

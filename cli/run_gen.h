@@ -7,7 +7,9 @@
  * Not here: the engine, sampling, templates, output formats.
  *
  * Invariants: `answer` never contains a matched stop string or anything
- * after it; the EOS token's text is never part of either buffer.
+ * after it, and neither does what the sink is given (it gets the answer up
+ * to longest-stop - 1 bytes late); the EOS token's text is never part of
+ * either buffer.
  */
 #ifndef DSR1_CLI_RUN_GEN_H
 #define DSR1_CLI_RUN_GEN_H
@@ -46,6 +48,7 @@ typedef struct dsr1_gen {
     double t_think_end;     /* when the block closed (dsr1_common_now), or 0 */
     dsr1_gen_sink sink;
     void *sink_ctx;
+    size_t streamed;        /* answer bytes already given to the sink */
 } dsr1_gen;
 
 /* forced_open: the prompt left a <think> block open (reasoning.h). stop

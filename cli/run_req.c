@@ -1,15 +1,18 @@
 /*
- * run_req.c - parsing `dsr1 run` input lines and writing result records
- * (declared in run_req.h).
+ * run_req.c - parsing `dsr1 run` input lines (declared in run_req.h); the
+ * result records are written by run_out.c.
  *
  * Accepted shapes, per line:
- *   {"id": ..., "messages": [...], "tools"?: [...], <sampling fields>}
- *   {"id": ..., "prompt": "raw text", <sampling fields>}
- *   {"custom_id": ..., "body": {"messages" | "prompt": ..., <fields>}}
- *       (the OpenAI batch-file shape; "method"/"url" are ignored)
- * Sampling fields (OpenAI names, plus vLLM's top_k/min_p/repetition_penalty):
- * max_tokens (or max_completion_tokens), temperature, top_p, top_k, min_p,
- * repetition_penalty, seed, stop (a string or an array of strings).
+ *   {"id": ..., "messages": [...], "tools"?: [...], <fields>}
+ *   {"id": ..., "prompt": "raw text", <fields>}
+ *   {"custom_id": ..., "method": "POST", "url": ..., "body": {"messages" |
+ *       "prompt": ..., <fields>}}   (the OpenAI batch-file shape)
+ * Fields: the sampling settings of the shared table (common.h: OpenAI's
+ * names plus vLLM's top_k/min_p/repetition_penalty, and their aliases),
+ * n, logprobs, top_logprobs, stop (a string or an array of strings),
+ * stop_token_ids, model. A field that is none of these is reported (with
+ * the known name it is probably a typo of) and ignored, or refused when
+ * strict; a known OpenAI field dsr1 does not implement the same way.
  *
  * Not here: rendering the template or tokenizing (that needs the model), so
  * an unknown role or an over-long prompt is reported by the caller.
@@ -21,6 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "common.h"
 
 void dsr1_run_defaults_init(dsr1_run_defaults *d)
 {
@@ -37,43 +42,69 @@ static char *xstrdup(const char *s)
     return p;
 }
 
-/* The id: "id" or "custom_id", a string or a number; else "line-N". */
-static char *parse_id(const cJSON *root, long line_no, int *custom)
+/* ---- ids ------------------------------------------------------------------ */
+
+/* The id: "id" or "custom_id", a string or a finite number; else "line-N".
+ * A number that is not finite (1e999 parses as inf) would be written as
+ * null and never match on --resume: *bad. */
+static char *parse_id(const cJSON *root, long line_no, int *custom, int *bad, char *msg,
+                      size_t cap)
 {
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(root, "id");
     *custom = 0;
+    *bad = 0;
     if (!id || cJSON_IsNull(id)) {
         id = cJSON_GetObjectItemCaseSensitive(root, "custom_id");
         *custom = id != NULL;
     }
-    if (id && (cJSON_IsString(id) || cJSON_IsNumber(id))) return cJSON_PrintUnformatted(id);
+    const char *key = *custom ? "custom_id" : "id";
+    if (id && cJSON_IsString(id)) return cJSON_PrintUnformatted(id);
+    if (id && cJSON_IsNumber(id) && isfinite(id->valuedouble)) return cJSON_PrintUnformatted(id);
+    if (id && !cJSON_IsNull(id)) {
+        *bad = 1;
+        snprintf(msg, cap, "\"%s\": expected a string or a finite number (write large or "
+                 "odd ids as strings)", key);
+    }
     *custom = 0;
     char buf[48];
     snprintf(buf, sizeof buf, "\"line-%ld\"", line_no);
     return xstrdup(buf);
 }
 
-/* A number field within [lo, hi]; absent leaves *out alone. */
-static int get_num(const cJSON *o, const char *key, double lo, double hi, double *out,
-                   dsr1_error *err)
+char *dsr1_run_line_id(const char *line, size_t len, long line_no, int *custom, int *bad,
+                       char *msg, size_t cap)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!v || cJSON_IsNull(v)) return 0;
+    cJSON *root = cJSON_ParseWithLength(line, len);
+    char *id = parse_id(cJSON_IsObject(root) ? root : NULL, line_no, custom, bad, msg, cap);
+    cJSON_Delete(root);
+    return id;
+}
+
+/* The offset of a \u0000 escape in the JSON text, or -1. cJSON would end
+ * the string there and the rest of the prompt would silently vanish. */
+static long nul_escape(const char *s, size_t n)
+{
+    for (size_t i = 0; i + 1 < n; i++) {
+        if (s[i] != '\\') continue;
+        if (s[i + 1] == 'u' && i + 5 < n && !memcmp(s + i + 2, "0000", 4)) return (long)i;
+        i++; /* skip the escaped character (so \\u0000 is text) */
+    }
+    return -1;
+}
+
+/* ---- fields --------------------------------------------------------------- */
+
+/* A number field within [lo, hi] (an integer when asked). */
+static int num_field(const cJSON *v, const char *key, double lo, double hi, int integer,
+                     double *out, dsr1_error *err)
+{
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < lo ||
         v->valuedouble > hi)
         return dsr1_errorf(err, DSR1_EINVAL, "\"%s\": expected a number in [%g, %g]", key, lo,
                            hi);
+    if (integer && v->valuedouble != floor(v->valuedouble))
+        return dsr1_errorf(err, DSR1_EINVAL, "\"%s\": expected an integer", key);
     *out = v->valuedouble;
-    return 0;
-}
-
-static int get_int(const cJSON *o, const char *key, double lo, double hi, double *out,
-                   dsr1_error *err)
-{
-    double v = *out;
-    DSR1_TRY(get_num(o, key, lo, hi, &v, err));
-    if (v != floor(v)) return dsr1_errorf(err, DSR1_EINVAL, "\"%s\": expected an integer", key);
-    *out = v;
     return 0;
 }
 
@@ -90,10 +121,8 @@ static int add_stop(dsr1_run_req *r, const char *s)
     return 0;
 }
 
-static int parse_stop(dsr1_run_req *r, const cJSON *o, dsr1_error *err)
+static int parse_stop(dsr1_run_req *r, const cJSON *v, dsr1_error *err)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "stop");
-    if (!v || cJSON_IsNull(v)) return 0;
     if (cJSON_IsString(v)) {
         if (add_stop(r, v->valuestring)) return dsr1_errorf(err, DSR1_ENOMEM, "out of memory");
         return 0;
@@ -109,34 +138,144 @@ static int parse_stop(dsr1_run_req *r, const cJSON *o, dsr1_error *err)
     return 0;
 }
 
-static int parse_sampling(dsr1_run_req *r, const cJSON *o, const dsr1_run_defaults *d,
-                          dsr1_error *err)
+static int parse_stop_ids(dsr1_run_req *r, const cJSON *v, dsr1_error *err)
+{
+    int n = cJSON_GetArraySize(v);
+    if (!cJSON_IsArray(v))
+        return dsr1_errorf(err, DSR1_EINVAL, "\"stop_token_ids\": expected an array of token ids");
+    if (n && !(r->stop_ids = malloc((size_t)n * sizeof *r->stop_ids)))
+        return dsr1_errorf(err, DSR1_ENOMEM, "out of memory");
+    const cJSON *e;
+    cJSON_ArrayForEach(e, v) {
+        double x;
+        DSR1_TRY(num_field(e, "stop_token_ids", 0, 2147483647.0, 1, &x, err));
+        r->stop_ids[r->n_stop_ids++] = (int32_t)x;
+    }
+    return 0;
+}
+
+/* Fields of the request that are not settings. */
+static const char *const structural[] = {
+    "id", "custom_id", "method", "url", "body", "messages", "prompt", "tools", "model", "n",
+    "logprobs", "top_logprobs", "stop", "stop_token_ids", "user", "metadata", "store",
+    "stream", "stream_options", "tool_choice", "parallel_tool_calls",
+};
+/* OpenAI fields dsr1 accepts but does not act on: reported like typos. */
+static const char *const unsupported[] = {"response_format", "logit_bias", "reasoning_effort",
+                                          "modalities", "audio", "prediction", "service_tier",
+                                          "web_search_options", "functions", "function_call"};
+
+static int in_list(const char *k, const char *const *l, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(k, l[i])) return 1;
+    return 0;
+}
+
+/* Every name a field could have meant: structural ones and the settings. */
+static const char *suggest_field(const char *k)
+{
+    const char *cand[64];
+    size_t n = 0, ns;
+    const dsr1_setting *t = dsr1_common_settings(&ns);
+    for (size_t i = 0; i < sizeof structural / sizeof *structural; i++) cand[n++] = structural[i];
+    for (size_t i = 0; i < ns && n < 64; i++) cand[n++] = t[i].name;
+    return dsr1_common_suggest(k, cand, n);
+}
+
+/* An unknown or unsupported field: a warning, or with strict an error. */
+static int odd_field(dsr1_run_req *r, const char *k, int strict, dsr1_error *err)
+{
+    char msg[224];
+    const char *near = suggest_field(k);
+    if (in_list(k, unsupported, sizeof unsupported / sizeof *unsupported))
+        snprintf(msg, sizeof msg, "field \"%s\" is not supported by dsr1", k);
+    else if (near)
+        snprintf(msg, sizeof msg, "unknown field \"%.64s\" (did you mean \"%s\"?)", k, near);
+    else
+        snprintf(msg, sizeof msg, "unknown field \"%.64s\"", k);
+    if (strict) return dsr1_errorf(err, DSR1_EINVAL, "%s (--strict)", msg);
+    if (r->n_warn < DSR1_RUN_MAX_WARN) {
+        dsr1_run_warn *w = &r->warn[r->n_warn++];
+        snprintf(w->field, sizeof w->field, "%.63s", k);
+        snprintf(w->msg, sizeof w->msg, "%s; ignored", msg);
+    }
+    return 0;
+}
+
+static void set_setting(dsr1_run_req *r, const char *name, double x, double *seed)
 {
     dsr1_sampling *s = &r->sampling;
-    double mt = d->max_tokens, t = s->temperature, tp = s->top_p, tk = s->top_k,
-           mp = s->min_p, rp = s->repetition_penalty, seed = -1;
-    if (cJSON_GetObjectItemCaseSensitive(o, "max_completion_tokens"))
-        DSR1_TRY(get_int(o, "max_completion_tokens", 1, 1 << 30, &mt, err));
-    DSR1_TRY(get_int(o, "max_tokens", 1, 1 << 30, &mt, err));
-    DSR1_TRY(get_num(o, "temperature", 0, 100, &t, err));
-    DSR1_TRY(get_num(o, "top_p", 0, 1, &tp, err));
-    DSR1_TRY(get_int(o, "top_k", -1, 1 << 30, &tk, err)); /* vLLM: -1 = off */
-    DSR1_TRY(get_num(o, "min_p", 0, 1, &mp, err));
-    DSR1_TRY(get_num(o, "repetition_penalty", 1e-3, 100, &rp, err));
-    DSR1_TRY(get_int(o, "seed", -9007199254740992.0, 9007199254740992.0, &seed, err));
-    r->max_tokens = (int)mt;
-    s->temperature = (float)t;
-    s->top_p = (float)tp;
-    s->top_k = tk < 0 ? 0 : (int)tk;
-    s->min_p = (float)mp;
-    s->repetition_penalty = (float)rp;
+    if (!strcmp(name, "max_tokens")) r->max_tokens = (int)x;
+    else if (!strcmp(name, "temperature")) s->temperature = (float)x;
+    else if (!strcmp(name, "top_p")) s->top_p = (float)x;
+    else if (!strcmp(name, "top_k")) s->top_k = x < 0 ? 0 : (int)x;
+    else if (!strcmp(name, "min_p")) s->min_p = (float)x;
+    else if (!strcmp(name, "repetition_penalty")) s->repetition_penalty = (float)x;
+    else if (!strcmp(name, "presence_penalty")) s->presence_penalty = (float)x;
+    else if (!strcmp(name, "frequency_penalty")) s->frequency_penalty = (float)x;
+    else if (!strcmp(name, "seed")) *seed = x;
+}
+
+/* One field of the request object (or of "body"). */
+static int parse_field(dsr1_run_req *r, const cJSON *v, double *seed, int strict,
+                       dsr1_error *err)
+{
+    const char *k = v->string;
+    double x;
+    if (cJSON_IsNull(v)) return 0; /* null means unset in OpenAI's API */
+    const dsr1_setting *st = dsr1_common_setting(k);
+    if (st && strcmp(k, "n") && k[0] != '-') {
+        double lo = st->lo, hi = st->hi;
+        if (!strcmp(st->name, "top_k")) lo = -1; /* vLLM: -1 = off */
+        if (!strcmp(st->name, "seed")) lo = -hi; /* OpenAI: -1 = unset */
+        DSR1_TRY(num_field(v, k, lo, hi, st->integer, &x, err));
+        set_setting(r, st->name, x, seed);
+        return 0;
+    }
+    if (!strcmp(k, "n")) {
+        DSR1_TRY(num_field(v, k, 1, DSR1_RUN_MAX_N, 1, &x, err));
+        r->n = (int)x;
+    } else if (!strcmp(k, "logprobs")) {
+        if (!cJSON_IsBool(v)) return dsr1_errorf(err, DSR1_EINVAL, "\"logprobs\": expected true or false");
+        r->logprobs = cJSON_IsTrue(v);
+    } else if (!strcmp(k, "top_logprobs")) {
+        DSR1_TRY(num_field(v, k, 0, DSR1_MAX_TOP_LOGPROBS, 1, &x, err));
+        r->top_logprobs = (int)x;
+    } else if (!strcmp(k, "stop")) {
+        return parse_stop(r, v, err);
+    } else if (!strcmp(k, "stop_token_ids")) {
+        return parse_stop_ids(r, v, err);
+    } else if (!strcmp(k, "model")) {
+        if (cJSON_IsString(v) && !(r->model = xstrdup(v->valuestring)))
+            return dsr1_errorf(err, DSR1_ENOMEM, "out of memory");
+    } else if (!strcmp(k, "tool_choice")) {
+        if (!cJSON_IsString(v) || strcmp(v->valuestring, "auto")) return odd_field(r, k, strict, err);
+    } else if (!strcmp(k, "stream")) {
+        if (cJSON_IsTrue(v)) return odd_field(r, k, strict, err);
+    } else if (!in_list(k, structural, sizeof structural / sizeof *structural)) {
+        return odd_field(r, k, strict, err);
+    }
+    return 0;
+}
+
+static int parse_fields(dsr1_run_req *r, const cJSON *o, const dsr1_run_defaults *d,
+                        dsr1_error *err)
+{
+    double seed = -1;
+    r->n = 1;
+    const cJSON *v;
+    cJSON_ArrayForEach(v, o) DSR1_TRY(parse_field(r, v, &seed, d->strict, err));
+    if (r->top_logprobs && !r->logprobs) r->logprobs = 1;
     /* Per-request RNG stream: the request's own seed, else base + line, so
      * a request draws the same tokens alone, in a batch or after resume. */
     if (seed != -1) /* -1 (the OpenAI "unset") falls back too */
-        s->seed = (uint64_t)(int64_t)seed;
+        r->sampling.seed = (uint64_t)(int64_t)seed;
     else
-        s->seed = d->sampling.seed + (uint64_t)r->line;
-    return parse_stop(r, o, err);
+        r->sampling.seed = d->sampling.seed + (uint64_t)r->line;
+    for (size_t i = 0; !r->stop && i < d->n_stop; i++)
+        if (add_stop(r, d->stop[i])) return dsr1_errorf(err, DSR1_ENOMEM, "out of memory");
+    return 0;
 }
 
 /* --system: insert {"role":"system"} first unless the chat has one. */
@@ -179,7 +318,18 @@ static int parse_body(dsr1_run_req *r, cJSON *body, const dsr1_run_defaults *d,
     } else {
         return dsr1_errorf(err, DSR1_EINVAL, "expected \"messages\" or \"prompt\"");
     }
-    return parse_sampling(r, body, d, err);
+    return parse_fields(r, body, d, err);
+}
+
+/* The OpenAI envelope: only custom_id, method, url and body belong there. */
+static int check_envelope(dsr1_run_req *r, const cJSON *root, int strict, dsr1_error *err)
+{
+    static const char *const env[] = {"id", "custom_id", "method", "url", "body"};
+    const cJSON *v;
+    cJSON_ArrayForEach(v, root)
+        if (!in_list(v->string, env, sizeof env / sizeof *env))
+            DSR1_TRY(odd_field(r, v->string, strict, err));
+    return 0;
 }
 
 int dsr1_run_req_parse(dsr1_run_req *r, const char *line, size_t len, long line_no,
@@ -189,8 +339,13 @@ int dsr1_run_req_parse(dsr1_run_req *r, const char *line, size_t len, long line_
     r->line = line_no;
     r->sampling = d->sampling;
     r->max_tokens = d->max_tokens;
+    r->n = 1;
     cJSON *root = cJSON_ParseWithLength(line, len);
-    r->id_json = parse_id(cJSON_IsObject(root) ? root : NULL, line_no, &r->custom_id);
+    char idmsg[160];
+    int bad_id = 0;
+    r->id_json = parse_id(cJSON_IsObject(root) ? root : NULL, line_no, &r->custom_id, &bad_id,
+                          idmsg, sizeof idmsg);
+    long nul = root ? nul_escape(line, len) : -1;
     int rc;
     if (!r->id_json) {
         rc = dsr1_errorf(err, DSR1_ENOMEM, "out of memory");
@@ -200,19 +355,29 @@ int dsr1_run_req_parse(dsr1_run_req *r, const char *line, size_t len, long line_
         rc = dsr1_errorf(err, DSR1_EINVAL, "not valid JSON (at byte %ld)", off);
     } else if (!cJSON_IsObject(root)) {
         rc = dsr1_errorf(err, DSR1_EINVAL, "expected a JSON object");
+    } else if (bad_id) {
+        rc = dsr1_errorf(err, DSR1_EINVAL, "%s", idmsg);
+    } else if (nul >= 0) {
+        rc = dsr1_errorf(err, DSR1_EINVAL, "\\u0000 (a NUL character) at byte %ld: not "
+                         "supported in text", nul);
     } else {
         cJSON *body = cJSON_GetObjectItemCaseSensitive(root, "body");
         if (body && !cJSON_IsObject(body))
             rc = dsr1_errorf(err, DSR1_EINVAL, "\"body\": expected an object");
+        else if (body && (rc = check_envelope(r, root, d->strict, err)))
+            ;
         else
             rc = parse_body(r, body ? body : root, d, err);
     }
     cJSON_Delete(root);
     if (rc) {
         char *keep = r->id_json;
+        int custom = r->custom_id;
         r->id_json = NULL;
         dsr1_run_req_clear(r);
         r->id_json = keep;
+        r->custom_id = custom;
+        r->line = line_no;
     }
     return rc;
 }
@@ -224,13 +389,16 @@ void dsr1_run_req_clear(dsr1_run_req *r)
     free(r->prompt);
     for (size_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->stop);
+    free(r->stop_ids);
+    free(r->model);
     memset(r, 0, sizeof *r);
 }
 
 char *dsr1_run_record_id(const char *line, size_t len)
 {
     cJSON *root = cJSON_ParseWithLength(line, len);
-    const cJSON *id = cJSON_GetObjectItemCaseSensitive(root, "id");
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(root, "custom_id");
+    if (!id) id = cJSON_GetObjectItemCaseSensitive(root, "id");
     char *s = id && (cJSON_IsString(id) || cJSON_IsNumber(id)) ? cJSON_PrintUnformatted(id) : NULL;
     cJSON_Delete(root);
     return s;
@@ -255,26 +423,44 @@ static size_t find_slot(char **slot, size_t cap, const char *id)
 
 int dsr1_run_idset_add(dsr1_run_idset *s, char *id)
 {
+    long old;
+    return dsr1_run_idset_put(s, id, 0, &old);
+}
+
+int dsr1_run_idset_put(dsr1_run_idset *s, char *id, long val, long *old)
+{
+    *old = 0;
     if (!id) return DSR1_ENOMEM;
     if ((s->n + 1) * 2 > s->cap) { /* keep the load under 1/2 */
         size_t cap = s->cap ? s->cap * 2 : 64;
         char **slot = calloc(cap, sizeof *slot);
-        if (!slot) {
+        long *v = calloc(cap, sizeof *v);
+        if (!slot || !v) {
+            free(slot);
+            free(v);
             free(id);
             return DSR1_ENOMEM;
         }
-        for (size_t i = 0; i < s->cap; i++)
-            if (s->slot[i]) slot[find_slot(slot, cap, s->slot[i])] = s->slot[i];
+        for (size_t i = 0; i < s->cap; i++) {
+            if (!s->slot[i]) continue;
+            size_t j = find_slot(slot, cap, s->slot[i]);
+            slot[j] = s->slot[i];
+            v[j] = s->val[i];
+        }
         free(s->slot);
+        free(s->val);
         s->slot = slot;
+        s->val = v;
         s->cap = cap;
     }
     size_t i = find_slot(s->slot, s->cap, id);
     if (s->slot[i]) {
+        *old = s->val[i];
         free(id);
         return 0;
     }
     s->slot[i] = id;
+    s->val[i] = val;
     s->n++;
     return 0;
 }
@@ -288,89 +474,7 @@ void dsr1_run_idset_free(dsr1_run_idset *s)
 {
     for (size_t i = 0; i < s->cap; i++) free(s->slot[i]);
     free(s->slot);
+    free(s->val);
     memset(s, 0, sizeof *s);
 }
 
-/* ---- records -------------------------------------------------------------- */
-
-/* The id value back from its JSON text (it came from cJSON, so it parses). */
-static cJSON *id_item(const char *id_json)
-{
-    cJSON *id = cJSON_Parse(id_json);
-    return id ? id : cJSON_CreateNull();
-}
-
-static void add_str_or_null(cJSON *o, const char *key, const char *s)
-{
-    if (s)
-        cJSON_AddStringToObject(o, key, s);
-    else
-        cJSON_AddNullToObject(o, key);
-}
-
-static void add_tool_calls(cJSON *o, const dsr1_run_result *r)
-{
-    if (!r->n_tool_calls) return;
-    cJSON *arr = cJSON_AddArrayToObject(o, "tool_calls");
-    for (size_t i = 0; arr && i < r->n_tool_calls; i++) {
-        cJSON *c = cJSON_CreateObject(), *f;
-        char id[32];
-        snprintf(id, sizeof id, "call_%zu", i);
-        cJSON_AddStringToObject(c, "id", id);
-        cJSON_AddStringToObject(c, "type", "function");
-        f = cJSON_AddObjectToObject(c, "function");
-        cJSON_AddStringToObject(f, "name", r->tool_calls[i].name);
-        cJSON_AddStringToObject(f, "arguments", r->tool_calls[i].arguments);
-        cJSON_AddItemToArray(arr, c);
-    }
-}
-
-/* Milliseconds rounded to 0.01: enough, and keeps records short. */
-static double r2(double x) { return round(x * 100) / 100; }
-
-char *dsr1_run_result_json(const dsr1_run_result *r)
-{
-    cJSON *o = cJSON_CreateObject();
-    if (!o) return NULL;
-    cJSON_AddItemToObject(o, "id", id_item(r->id_json));
-    if (r->custom_id) cJSON_AddItemToObject(o, "custom_id", id_item(r->id_json));
-    add_str_or_null(o, "content", r->content);
-    add_str_or_null(o, "reasoning_content", r->reasoning);
-    add_tool_calls(o, r);
-    cJSON_AddStringToObject(o, "finish_reason", r->finish);
-    if (r->error) {
-        cJSON *e = cJSON_AddObjectToObject(o, "error");
-        if (e) cJSON_AddStringToObject(e, "message", r->error);
-    }
-    cJSON *u = cJSON_AddObjectToObject(o, "usage");
-    cJSON_AddNumberToObject(u, "prompt_tokens", r->prompt_tokens);
-    cJSON_AddNumberToObject(u, "completion_tokens", r->completion_tokens);
-    cJSON_AddNumberToObject(u, "reasoning_tokens", r->reasoning_tokens);
-    cJSON_AddNumberToObject(u, "cached_tokens", r->cached_tokens);
-    if (r->spec_steps > 0) {
-        cJSON *s = cJSON_AddObjectToObject(u, "speculative");
-        cJSON_AddNumberToObject(s, "steps", r->spec_steps);
-        cJSON_AddNumberToObject(s, "drafted", r->spec_drafted);
-        cJSON_AddNumberToObject(s, "accepted", r->spec_accepted);
-    }
-    cJSON *t = cJSON_AddObjectToObject(o, "timing");
-    cJSON_AddNumberToObject(t, "ttft_ms", r2(r->ttft_ms));
-    cJSON_AddNumberToObject(t, "total_ms", r2(r->total_ms));
-    cJSON_AddNumberToObject(t, "tokens_per_s", r2(r->tokens_per_s));
-    char *s = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    return s;
-}
-
-char *dsr1_run_error_json(const char *id_json, int custom_id, const char *msg)
-{
-    cJSON *o = cJSON_CreateObject();
-    if (!o) return NULL;
-    cJSON_AddItemToObject(o, "id", id_item(id_json));
-    if (custom_id) cJSON_AddItemToObject(o, "custom_id", id_item(id_json));
-    cJSON *e = cJSON_AddObjectToObject(o, "error");
-    cJSON_AddStringToObject(e, "message", msg);
-    char *s = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    return s;
-}

@@ -85,6 +85,8 @@ typedef struct dsr1_request {
     size_t n_stop_ids;       /* (the model's EOS is always a stop) */
     int reuse_seq;           /* -1, or a finished-but-kept sequence whose KV is
                                 reused for the common prefix (chat turns) */
+    int logprobs;            /* 1: events carry the token's log-probability */
+    int top_logprobs;        /* and this many alternatives (0..DSR1_MAX_TOP_LOGPROBS) */
 } dsr1_request;
 
 /* Queue a request; *seq is its id. DSR1_ERANGE (and nothing queued) when the
@@ -104,6 +106,13 @@ typedef struct dsr1_event {
     int32_t token;          /* -1 when the event only reports a finish */
     dsr1_finish finish;     /* set on the sequence's last event */
     const char *message;    /* for DSR1_FINISH_ERROR; valid until next step */
+    /* With dsr1_request.logprobs, for a token: its log-softmax value under
+     * the logits the sampler saw (after presence/frequency penalties,
+     * before temperature and truncation) and the n_top most likely. */
+    float logprob;
+    int n_top;
+    int32_t top_ids[DSR1_MAX_TOP_LOGPROBS];
+    float top_logprobs[DSR1_MAX_TOP_LOGPROBS];
 } dsr1_event;
 
 /* Run one engine step over every active sequence (prefill chunks and decodes

@@ -263,6 +263,8 @@ int dsr1_engine_submit(dsr1_engine *e, const dsr1_request *r, int *seq, dsr1_err
     s->max_tokens = r->max_tokens > 0 ? r->max_tokens : e->o.ctx;
     s->reuse = r->reuse_seq;
     s->sampling = r->sampling;
+    s->logprobs = r->logprobs;
+    s->top_logprobs = r->top_logprobs;
     dsr1_rng_seed(&s->rng, r->sampling.seed);
     s->finish = DSR1_FINISH_NONE;
     s->report_finish = 0;
@@ -352,6 +354,12 @@ static void emit(dsr1_event *ev, size_t *n, const eseq *s, int seq, int32_t toke
 {
     ev[*n] = (dsr1_event){.seq = seq, .token = token, .finish = s->finish,
                           .message = s->finish == DSR1_FINISH_ERROR ? s->message : NULL};
+    if (token >= 0 && s->logprobs) {
+        ev[*n].logprob = s->lp.logprob;
+        ev[*n].n_top = s->lp.n_top;
+        memcpy(ev[*n].top_ids, s->lp.top_ids, sizeof s->lp.top_ids);
+        memcpy(ev[*n].top_logprobs, s->lp.top_logprobs, sizeof s->lp.top_logprobs);
+    }
     (*n)++;
 }
 
@@ -509,11 +517,20 @@ static void accept(dsr1_engine *e, eseq *s, int32_t tok, dsr1_event *ev, size_t 
 static void verify(dsr1_engine *e, eseq *s, dsr1_event *ev, size_t *nev)
 {
     size_t V = (size_t)e->m->cfg.vocab_size;
-    const float *lg = e->logits + (size_t)s->b_out * V;
+    float *lg = e->logits + (size_t)s->b_out * V; /* rows are this step's: penalised in place */
     int nd = s->n_draft, taken = 0, decoding = s->n_generated > 0;
     for (int j = 0; j <= nd; j++, lg += V) {
         int ok = 0;
+        /* OpenAI's penalties see the generated tokens accepted so far
+         * (drafts wait beyond n_tokens); the row is this step's own. */
+        dsr1_sampler_penalize(lg, (int)V, &s->sampling, s->tokens + s->n_prompt,
+                              (size_t)(s->n_tokens - s->n_prompt), e->sampler_scratch);
         int32_t tok = j < nd ? judge(e, s, lg, j, &ok) : pick(e, s, lg);
+        if (s->logprobs) {
+            s->lp.n_top = s->top_logprobs;
+            s->lp.logprob = dsr1_sampler_logprobs(lg, (int)V, tok, s->top_logprobs,
+                                                  s->lp.top_ids, s->lp.top_logprobs);
+        }
         accept(e, s, tok, ev, nev);
         if (!ok || s->state != SEQ_RUNNING) break;
         taken++;

@@ -52,6 +52,8 @@ typedef struct eseq {
     uint64_t order;          /* submission counter: FIFO admission, LRU eviction */
     dsr1_sampling sampling;
     dsr1_rng rng;
+    int logprobs, top_logprobs; /* from the request */
+    dsr1_event lp;           /* the last pick's logprob fields, copied by emit */
     int32_t *stop_ids;       /* [n_stop] owned */
     size_t n_stop;
     dsr1_finish finish;

@@ -25,6 +25,12 @@
  * answer are gathered and sorted (see gather_sorted), which keeps it exact;
  * top-k sorts only its k tokens after a quickselect.
  *
+ * Presence/frequency penalties (OpenAI's) are a separate in-place step on
+ * the logits (dsr1_sampler_penalize), because they see the generated
+ * tokens only, not the window the repetition penalty sees; the engine runs
+ * it before both greedy and sampled picks. dsr1_sampler_logprobs reports
+ * log-softmax values for the API's logprobs fields.
+ *
  * Invariants: NaN logits count as -inf; the distribution always has at least
  * one token (the argmax) even when every logit is -inf.
  */
@@ -44,6 +50,8 @@ void dsr1_sampling_default(dsr1_sampling *s)
     s->min_p = 0.0f;
     s->repetition_penalty = 1.0f;
     s->repetition_window = 64;
+    s->presence_penalty = 0.0f;
+    s->frequency_penalty = 0.0f;
     s->seed = 0;
 }
 
@@ -330,4 +338,58 @@ int32_t dsr1_sampler_sample(const float *logits, int vocab, const dsr1_sampling 
     compute_probs(logits, vocab, s, recent, n_recent, work, scratch);
     float *probs = work;
     return dsr1_sampler_draw(probs, vocab, rng);
+}
+
+/* ---- OpenAI penalties and logprobs ---------------------------------------- */
+
+void dsr1_sampler_penalize(float *logits, int vocab, const dsr1_sampling *s,
+                           const int32_t *out, size_t n_out, void *scratch)
+{
+    if ((s->presence_penalty == 0 && s->frequency_penalty == 0) || !out || !n_out) return;
+    /* Counts live in the scratch (vocab ints fit in its work area); only
+     * the ids that occur are zeroed, counted and read back. */
+    int32_t *count = scratch;
+    for (size_t j = 0; j < n_out; j++)
+        if (out[j] >= 0 && out[j] < vocab) count[out[j]] = 0;
+    for (size_t j = 0; j < n_out; j++)
+        if (out[j] >= 0 && out[j] < vocab) count[out[j]]++;
+    for (size_t j = 0; j < n_out; j++) {
+        int32_t id = out[j];
+        if (id < 0 || id >= vocab || count[id] == 0) continue;
+        logits[id] -= s->frequency_penalty * (float)count[id] + s->presence_penalty;
+        count[id] = 0; /* once per distinct token */
+    }
+}
+
+float dsr1_sampler_logprobs(const float *logits, int vocab, int32_t tok, int k,
+                            int32_t *top_ids, float *top_lp)
+{
+    if (k > DSR1_MAX_TOP_LOGPROBS) k = DSR1_MAX_TOP_LOGPROBS;
+    if (k < 0) k = 0;
+    float mx = -INFINITY;
+    for (int i = 0; i < vocab; i++)
+        if (logits[i] > mx) mx = logits[i];
+    if (mx == -INFINITY) mx = 0;
+    double sum = 0;
+    for (int i = 0; i < vocab; i++)
+        if (!isnan(logits[i])) sum += exp((double)logits[i] - mx);
+    float lse = mx + (float)log(sum);
+    /* Top k by insertion into a sorted list; a strict > keeps the lower
+     * id first on ties because ids are visited in order. */
+    int have = 0;
+    for (int i = 0; i < vocab && k; i++) {
+        float v = isnan(logits[i]) ? -INFINITY : logits[i];
+        if (have == k && !(v > top_lp[k - 1])) continue;
+        int at = have < k ? have++ : k - 1;
+        while (at > 0 && v > top_lp[at - 1]) {
+            top_lp[at] = top_lp[at - 1];
+            top_ids[at] = top_ids[at - 1];
+            at--;
+        }
+        top_lp[at] = v;
+        top_ids[at] = i;
+    }
+    for (int i = 0; i < have; i++) top_lp[i] -= lse;
+    float v = tok >= 0 && tok < vocab && !isnan(logits[tok]) ? logits[tok] : -INFINITY;
+    return v - lse;
 }

@@ -17,6 +17,8 @@ typedef struct dsr1_sampling {
     float min_p;              /* 0 = off */
     float repetition_penalty; /* 1 = off; CTRL-style over the recent tokens */
     int repetition_window;    /* how many recent tokens the penalty sees (64) */
+    float presence_penalty;   /* 0 = off; OpenAI's, over the generated tokens */
+    float frequency_penalty;  /* 0 = off; OpenAI's, over the generated tokens */
     uint64_t seed;
 } dsr1_sampling;
 
@@ -44,6 +46,29 @@ void dsr1_sampler_probs(const float *logits, int vocab, const dsr1_sampling *s,
 int32_t dsr1_sampler_sample(const float *logits, int vocab, const dsr1_sampling *s,
                             const int32_t *recent, size_t n_recent, dsr1_rng *rng,
                             void *scratch);
+
+/*
+ * OpenAI's presence and frequency penalties, applied to a row of logits in
+ * place before sampling: logit[j] -= frequency_penalty * c[j] +
+ * presence_penalty * (c[j] > 0), where c[j] counts token j among the
+ * sequence's generated tokens out[0..n_out). Negative penalties favour
+ * repeats. No-op when both are 0. scratch as for dsr1_sampler_probs (it is
+ * used for the counts; only the entries of out are touched, O(n_out)).
+ */
+void dsr1_sampler_penalize(float *logits, int vocab, const dsr1_sampling *s,
+                           const int32_t *out, size_t n_out, void *scratch);
+
+/* Most alternatives dsr1_sampler_logprobs reports (OpenAI's top_logprobs cap). */
+#define DSR1_MAX_TOP_LOGPROBS 20
+
+/*
+ * Log-probabilities from a row of logits (log-softmax at temperature 1, NaN
+ * as -inf): returns tok's, and writes the k most likely tokens (k <=
+ * DSR1_MAX_TOP_LOGPROBS, most likely first, lower id first on ties) to
+ * top_ids / top_lp. O(vocab * k) at worst, O(vocab) typically.
+ */
+float dsr1_sampler_logprobs(const float *logits, int vocab, int32_t tok, int k,
+                            int32_t *top_ids, float *top_lp);
 
 /* Draw from an explicit distribution (used by speculative sampling for the
  * residual max(0, p - q) normalised). */

@@ -27,6 +27,10 @@ DSR1_TEST(chat_set_ranges)
     CHECK_EQ_INT(sp.top_k, 40);
     CHECK_EQ_INT(dsr1_chat_set(&st, "repeat_penalty 1.1", msg, sizeof msg), 0); /* alias */
     CHECK_NEAR(sp.repetition_penalty, 1.1, 1e-6);
+    CHECK_EQ_INT(dsr1_chat_set(&st, "presence_penalty -1.5", msg, sizeof msg), 0);
+    CHECK_NEAR(sp.presence_penalty, -1.5, 1e-7);
+    CHECK_EQ_INT(dsr1_chat_set(&st, "frequency_penalty 0.5", msg, sizeof msg), 0);
+    CHECK_NEAR(sp.frequency_penalty, 0.5, 1e-7);
     CHECK_EQ_INT(dsr1_chat_set(&st, "max_tokens 4095", msg, sizeof msg), 0);
     CHECK_EQ_INT(maxtok, 4095);
     CHECK_EQ_INT(dsr1_chat_set(&st, "seed 123456789012", msg, sizeof msg), 0);
@@ -36,7 +40,7 @@ DSR1_TEST(chat_set_ranges)
     static const char *const bad[] = {
         "temperature inf", "temperature nan", "temperature -1", "temperature 1e999",
         "top_p 1.5", "top_k 2.5", "top_k 1e12", "top_k -1", "min_p -0.1",
-        "repetition_penalty 0", "seed -1", "seed 1e300", "max_tokens 0", "max_tokens 2e9",
+        "repetition_penalty 0", "presence_penalty 2.5", "frequency_penalty -inf", "seed -1", "seed 1e300", "max_tokens 0", "max_tokens 2e9",
         "max_tokens 1e10", "temperature 3x", "temperature", "temperature 1 2", "bogus 1", "",
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
@@ -66,7 +70,8 @@ DSR1_TEST(chat_set_list)
     fclose(f);
     REQUIRE((text = dsr1_test_slurp(path, NULL)));
     static const char *const want[] = {"temperature", "0.6", "top_p", "0.95", "top_k",
-                                       "min_p", "repetition_penalty", "seed", "max_tokens",
+                                       "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "seed",
+                                       "max_tokens",
                                        " 77 ", "[0, 1]\n", "[1, 1073741824] integer"};
     for (size_t i = 0; i < sizeof want / sizeof *want; i++)
         CHECKF(strstr(text, want[i]), "listing lacks '%s':\n%s", want[i], text);

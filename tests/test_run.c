@@ -144,17 +144,21 @@ DSR1_TEST(run_req_bad_lines)
 
 DSR1_TEST(run_records_shape)
 {
-    char *er = dsr1_run_error_json("\"line-3\"", 0, "line 3: not valid JSON");
-    CHECK_STR(er, "{\"id\":\"line-3\",\"error\":{\"message\":\"line 3: not valid JSON\"}}");
+    char *er = dsr1_run_error_json("\"line-3\"", 0, 3, 0, NULL, "line 3: not valid JSON");
+    CHECK_STR(er, "{\"id\":\"line-3\",\"error\":{\"code\":\"invalid_request\","
+                  "\"message\":\"line 3: not valid JSON\"}}");
     free(er);
     dsr1_run_toolcall calls[1] = {{"get_weather", "{\"city\":\"Paris\"}"}};
+    dsr1_run_choice c = {0};
+    c.content = "Hi \"there\"";
+    c.tool_calls = calls;
+    c.n_tool_calls = 1;
+    c.finish = "tool_calls";
     dsr1_run_result r = {0};
     r.id_json = "7";
     r.custom_id = 1;
-    r.content = "Hi \"there\"";
-    r.tool_calls = calls;
-    r.n_tool_calls = 1;
-    r.finish = "tool_calls";
+    r.choices = &c;
+    r.n_choices = 1;
     r.prompt_tokens = 10;
     r.completion_tokens = 4;
     r.reasoning_tokens = 2;

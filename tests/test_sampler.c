@@ -318,3 +318,67 @@ DSR1_TEST(sampler_chi_square_frequencies)
     for (int i = 3; i < 8; i++) CHECK_EQ_INT(c3[i], 0);
     CHECKF(chi3 < 13.82, "chi-square %.2f >= 13.82 (2 dof, p = 0.001)", chi3);
 }
+
+DSR1_TEST(sampler_presence_frequency_penalties)
+{
+    /* OpenAI's formula: logit[j] -= freq * count[j] + presence * (count[j] > 0). */
+    float l[5] = {1.0f, 2.0f, -1.0f, 0.5f, 3.0f};
+    int32_t out[6] = {1, 1, 4, 1, 7, -3}; /* 7 and -3 are out of the vocabulary */
+    dsr1_sampling s = plain(1);
+    s.presence_penalty = 0.5f;
+    s.frequency_penalty = 0.25f;
+    void *scratch = malloc(dsr1_sampler_scratch_size(5));
+    memset(scratch, 0x5a, dsr1_sampler_scratch_size(5)); /* counts must not trust it */
+    dsr1_sampler_penalize(l, 5, &s, out, 6, scratch);
+    CHECK_NEAR(l[0], 1.0, 0);
+    CHECK_NEAR(l[1], 2.0 - 0.25 * 3 - 0.5, 1e-6);
+    CHECK_NEAR(l[2], -1.0, 0);
+    CHECK_NEAR(l[3], 0.5, 0);
+    CHECK_NEAR(l[4], 3.0 - 0.25 - 0.5, 1e-6);
+    /* Negative values favour repeats; zero penalties change nothing. */
+    float m[3] = {0, 0, 0};
+    int32_t o2[2] = {2, 2};
+    s.presence_penalty = -1;
+    s.frequency_penalty = 0;
+    dsr1_sampler_penalize(m, 3, &s, o2, 2, scratch);
+    CHECK_NEAR(m[2], 1.0, 0);
+    CHECK_NEAR(m[0], 0.0, 0);
+    s.presence_penalty = 0;
+    dsr1_sampler_penalize(m, 3, &s, o2, 2, scratch);
+    CHECK_NEAR(m[2], 1.0, 0);
+    /* Greedy after the penalty: the repeated argmax loses to the runner-up. */
+    float g[3] = {2.0f, 2.5f, 0.0f};
+    int32_t o3[1] = {1};
+    s.presence_penalty = 1.0f;
+    dsr1_sampler_penalize(g, 3, &s, o3, 1, scratch);
+    dsr1_sampling gs = plain(0);
+    dsr1_rng r;
+    dsr1_rng_seed(&r, 1);
+    CHECK_EQ_INT(dsr1_sampler_sample(g, 3, &gs, NULL, 0, &r, scratch), 0);
+    free(scratch);
+}
+
+DSR1_TEST(sampler_logprobs_exact)
+{
+    float l[6] = {0.0f, 2.0f, NAN, 1.0f, 2.0f, -INFINITY};
+    double z = exp(0.0) + exp(2.0) + exp(1.0) + exp(2.0);
+    int32_t ids[DSR1_MAX_TOP_LOGPROBS];
+    float lp[DSR1_MAX_TOP_LOGPROBS];
+    float x = dsr1_sampler_logprobs(l, 6, 3, 3, ids, lp);
+    CHECK_NEAR(x, 1.0 - log(z), 1e-6);
+    CHECK_EQ_INT(ids[0], 1); /* tie 2.0 / 2.0: the lower id first */
+    CHECK_EQ_INT(ids[1], 4);
+    CHECK_EQ_INT(ids[2], 3);
+    CHECK_NEAR(lp[0], 2.0 - log(z), 1e-6);
+    CHECK_NEAR(lp[2], 1.0 - log(z), 1e-6);
+    CHECK(dsr1_sampler_logprobs(l, 6, 2, 0, ids, lp) == -INFINITY); /* NaN: -inf */
+    /* k is capped at 20 and at the vocabulary. */
+    float big[30];
+    for (int i = 0; i < 30; i++) big[i] = (float)i;
+    dsr1_sampler_logprobs(big, 30, 0, 99, ids, lp);
+    CHECK_EQ_INT(ids[0], 29);
+    CHECK_EQ_INT(ids[19], 10);
+    double sum = 0;
+    for (int i = 0; i < 30; i++) sum += exp(dsr1_sampler_logprobs(big, 30, i, 0, ids, lp));
+    CHECK_NEAR(sum, 1.0, 1e-5);
+}

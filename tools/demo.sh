@@ -19,6 +19,6 @@ fi
 echo "== dsr1 info $dir/demo.dsr1"
 ./dsr1 info "$dir/demo.dsr1" | head -20
 echo "== dsr1 run --in prompts/examples.jsonl   (random weights: expect nonsense)"
-./dsr1 run -m "$dir/demo.dsr1" --in prompts/examples.jsonl --out "$dir/results.jsonl" --max-tokens 32 --seed 1
+./dsr1 run -m "$dir/demo.dsr1" --in prompts/examples.jsonl --out "$dir/results.jsonl" --overwrite --max-tokens 32 --seed 1
 cat "$dir/results.jsonl"
 echo "== results in $dir/results.jsonl"

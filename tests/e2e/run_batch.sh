@@ -35,11 +35,11 @@ has() { line "$1" | grep -q "$2" || bad "record $1 lacks $2: $(line "$1")"; }
 has 1 '"finish_reason":"length","usage":{"prompt_tokens":[0-9]*,"completion_tokens":6,'
 has 1 '"timing":{"ttft_ms":'
 has 2 '"completion_tokens":4'
-has 3 '"error":{"message":"line 3: not valid JSON'
+has 3 '"error":{"code":"invalid_request","message":"line 3: not valid JSON'
 has 4 "unknown role 'wizard'"
 has 5 '"custom_id":"c"'
 has 6 'non-empty array'
-has 7 '"error":{"message":"line 8: '
+has 7 '"error":{"code":"context_length_exceeded","message":"line 8: '
 has 8 'temperature'
 has 9 '"error"'
 has 10 '"finish_reason":"length"' # tools and a tool result render and run
@@ -72,6 +72,6 @@ strip() { sed 's/,"timing":{[^}]*}//' "$1" | sort; }
 # Usage errors exit 2.
 $DSR1 run -m "$M" 2>/dev/null; [ $? -eq 2 ] || bad "no --in and no prompt: not exit 2"
 $DSR1 run -m "$M" --in x --temperature abc 2>/dev/null; [ $? -eq 2 ] || bad "bad number: not exit 2"
-$DSR1 run -m "$M" --in /nonexistent.jsonl 2>"$TMPDIR/e2"; [ $? -eq 1 ] || bad "missing input: not exit 1"
+$DSR1 run -m "$M" --in /nonexistent.jsonl 2>"$TMPDIR/e2"; [ $? -eq 2 ] || bad "missing input: not exit 2"
 grep -q "nonexistent.jsonl" "$TMPDIR/e2" || bad "missing input not named"
 exit $fail
