@@ -417,7 +417,7 @@ static int build_batch(dsr1_engine *e, plan *p, dsr1_event *ev, size_t *nev)
         for (int i = 0; i < e->n_seqs; i++) {
             eseq *c = &e->seqs[i];
             if (c->state == SEQ_RUNNING && c->n_generated == 0 && c->n_done < c->n_tokens &&
-                (!s || c->order < s->order))
+                (!s || c->order < s->order) && !dsr1_engine_prefix_wait(e, c))
                 s = c;
         }
         if (!s) break;

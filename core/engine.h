@@ -135,6 +135,9 @@ int dsr1_engine_prefix_create(dsr1_engine *e, dsr1_error *err);
 void dsr1_engine_prefix_attach(dsr1_engine *e);
 void dsr1_engine_prefix_step_end(dsr1_engine *e);
 void dsr1_engine_prefix_publish(dsr1_engine *e, const eseq *s);
+/* 1 when s should sit out this step's prefill: an earlier sequence is
+ * computing the very page s would compute next. */
+int dsr1_engine_prefix_wait(const dsr1_engine *e, const eseq *s);
 /* A FREE entry, or NULL. */
 eseq *dsr1_engine_free_entry(dsr1_engine *e);
 

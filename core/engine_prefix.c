@@ -12,6 +12,12 @@
  * each chunk's pages at the step's end; the others, waiting behind it for
  * the prefill budget, take them as they appear.
  *
+ * Waiting (wait, while a step's batch is built): a sequence at such a page
+ * boundary sits out the step when an earlier-admitted sequence is computing
+ * that very next page right now (same tokens up to its end), instead of
+ * computing a copy: it takes the page at the next step. The earliest
+ * prefilling sequence never waits, so prefill always advances.
+ *
  * Giving (publish): full pages of positions whose rows are final: below
  * n_done, and below n_mtp when the engine speculates (a cached page must
  * carry the MTP layer's rows too). At the end of a step for sequences that
@@ -54,6 +60,21 @@ void dsr1_engine_prefix_attach(dsr1_engine *e)
         eseq *s = &e->seqs[i];
         if (s->state == SEQ_RUNNING && s->slot >= 0 && s->n_generated == 0) attach(e, s);
     }
+}
+
+int dsr1_engine_prefix_wait(const dsr1_engine *e, const eseq *s)
+{
+    int B = e->kv->block, next = s->n_done + B;
+    if (!e->prefix || s->n_generated || s->n_done % B || next > s->n_prompt - 1) return 0;
+    for (int i = 0; i < e->n_seqs; i++) {
+        const eseq *o = &e->seqs[i];
+        int od = o->n_done - o->b_len; /* where o stood when this step began */
+        if (o == s || o->state != SEQ_RUNNING || o->n_generated || o->order > s->order ||
+            od < s->n_done || od >= next || o->n_prompt < next)
+            continue;
+        if (!memcmp(o->tokens, s->tokens, (size_t)next * sizeof *s->tokens)) return 1;
+    }
+    return 0;
 }
 
 void dsr1_engine_prefix_publish(dsr1_engine *e, const eseq *s)
