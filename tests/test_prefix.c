@@ -238,9 +238,9 @@ DSR1_TEST(prefix_engine_together_and_evict)
     (void)tmp;
     const int32_t *pp[K] = {ps[0], ps[1], ps[2], ps[3]};
     int nn[K] = {SYS + TAIL, SYS + TAIL, SYS + TAIL, SYS + TAIL};
-    /* Chunks of 100 tokens cross page boundaries: the later requests wait
+    /* Chunks of 150 tokens cross page boundaries: the later requests wait
      * for the page being computed instead of computing a copy. */
-    dsr1_engine *on = engine_chunk(t, m, 1, 0, K, 0, 100), *off = engine(t, m, 0, 0, K, 0);
+    dsr1_engine *on = engine_chunk(t, m, 1, 0, K, 0, 150), *off = engine(t, m, 0, 0, K, 0);
     run_out r[K], f[K];
     if (on && off) {
         run(t, on, pp, nn, K, 4, r); /* submitted together: the first computes, the rest take */
