@@ -18,7 +18,7 @@ WARN    += $(shell $(CC) -Werror -Wno-format-truncation -x c -c /dev/null -o /de
 CFLAGS  += -std=c11 -D_GNU_SOURCE $(OPT) -g $(WARN) -pthread -fno-strict-aliasing $(SAN) \
            -DDSR1_VERSION='"$(VERSION)"' -I. -I$(BUILD)
 AVX512  := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mavx512vnni -mfma -mf16c -mavx2
-PKGS    := libcjson libzstd libcurl libedit numa
+PKGS    := libcjson libzstd libcurl libcrypto libedit numa
 LDLIBS  += $(shell pkg-config --libs $(PKGS) 2>/dev/null) -ldnnl -lm -ldl -pthread
 LDFLAGS += $(SAN)
 

@@ -12,6 +12,7 @@
 #include "common.h"
 
 #include "cli.h"
+#include "convert/hub.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -103,15 +104,39 @@ static int scan_models(const char *dir, char *out, size_t cap, char *list, size_
     return n;
 }
 
+/* A name that is a file's, never a repository's: "models/r1.dsr1" missing
+ * should say "no such file", not suggest `dsr1 pull models/r1.dsr1`. */
+static int file_like(const char *s)
+{
+    static const char *const ext[] = {".dsr1", ".json", ".safetensors", ".jsonl", ".zst", ".txt"};
+    size_t n = strlen(s);
+    for (size_t i = 0; i < sizeof ext / sizeof *ext; i++) {
+        size_t e = strlen(ext[i]);
+        if (n > e && !strcmp(s + n - e, ext[i])) return 1;
+    }
+    return 0;
+}
+
+int dsr1_common_resolve_path(const char *arg, char *out, size_t cap, dsr1_error *err)
+{
+    struct stat st;
+    snprintf(out, cap, "%s", arg);
+    if (stat(arg, &st) == 0 || !dsr1_hub_is_repo_id(arg) || file_like(arg)) return 0;
+    char snap[4096], list[1024];
+    DSR1_TRY(dsr1_hub_resolve(arg, NULL, snap, sizeof snap, err));
+    if (scan_models(snap, out, cap, list, sizeof list) != 1) snprintf(out, cap, "%s", snap);
+    return 0;
+}
+
 int dsr1_common_model_path(const char *flag, char *out, size_t cap, dsr1_error *err)
 {
     if (flag) {
-        snprintf(out, cap, "%s", flag);
+        DSR1_TRY(dsr1_common_resolve_path(flag, out, cap, err));
         return check_model_file(out, "-m", err);
     }
     const char *env = getenv("DSR1_MODEL");
     if (env && *env) {
-        snprintf(out, cap, "%s", env);
+        DSR1_TRY(dsr1_common_resolve_path(env, out, cap, err));
         return check_model_file(out, "DSR1_MODEL", err);
     }
     char dir[4096], list[1024];

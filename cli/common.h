@@ -28,6 +28,15 @@
  */
 int dsr1_common_model_path(const char *flag, char *out, size_t cap, dsr1_error *err);
 
+/*
+ * A model or checkpoint path as the user typed it: arg itself when such a
+ * path exists (or arg does not read as a repo id); else, for ORG/NAME[@REV],
+ * its snapshot directory in the Hugging Face cache (where `dsr1 pull` and
+ * the official tools put it), or the one .dsr1 file in that snapshot.
+ * DSR1_ENOTFOUND with the `dsr1 pull` command to run when it is not there.
+ */
+int dsr1_common_resolve_path(const char *arg, char *out, size_t cap, dsr1_error *err);
+
 /* The data directory ($XDG_DATA_HOME/dsr1 or ~/.local/share/dsr1). */
 void dsr1_common_data_dir(char *out, size_t cap);
 

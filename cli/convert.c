@@ -31,6 +31,7 @@
 #include "cli.h"
 #include "common.h"
 #include "convert/convert.h"
+#include "convert/hub.h"
 
 static volatile sig_atomic_t cancelled;
 
@@ -92,6 +93,8 @@ typedef struct cli_opts {
     int quiet, make_default;
     char data_dir[PATH_MAX];  /* with --default */
     char out_buf[PATH_MAX];   /* the output path when --default chose it */
+    char src_buf[PATH_MAX];   /* SRC_DIR, or the cache snapshot of a repo id */
+    const char *src_given;    /* SRC_DIR as typed (names the model) */
 } cli_opts;
 
 static int parse_rule(cli_opts *c, const char *arg)
@@ -232,7 +235,8 @@ static int prepare_default(cli_opts *c, dsr1_error *err)
     DSR1_TRY(make_dirs(c->data_dir, err));
     if (c->o.out_path) return 0;
     char name[NAME_MAX + 1];
-    DSR1_TRY(checkpoint_name(c->o.src_dir, name, sizeof name, err));
+    DSR1_TRY(checkpoint_name(c->src_given, name, sizeof name, err));
+    if (dsr1_hub_is_repo_id(c->src_given)) name[strcspn(name, "@")] = 0; /* ORG/NAME@REV */
     snprintf(c->out_buf, sizeof c->out_buf, "%s/%s.dsr1", c->data_dir, name);
     c->o.out_path = c->out_buf;
     return 0;
@@ -327,6 +331,12 @@ int dsr1_cmd_convert(int argc, char **argv)
     memset(&c, 0, sizeof c);
     dsr1_error err = {0};
     int rc = parse_args(&c, argc, argv);
+    if (!rc) { /* a repo id (ORG/NAME[@REV]) becomes its Hugging Face cache snapshot */
+        c.src_given = c.o.src_dir;
+        if (dsr1_common_resolve_path(c.o.src_dir, c.src_buf, sizeof c.src_buf, &err))
+            rc = dsr1_cli_fail(&err);
+        c.o.src_dir = c.src_buf;
+    }
     if (!rc && c.make_default && prepare_default(&c, &err)) rc = dsr1_cli_fail(&err);
     if (rc) {
         free_rules(&c);

@@ -240,6 +240,10 @@ int dsr1_cmd_info(int argc, char **argv)
     if (hw) return path ? dsr1_cli_usage("info", "--hw takes no file") : dsr1_info_hw(json);
     char resolved[4096];
     dsr1_error err = {0};
+    if (path) { /* a repo id: its snapshot in the Hugging Face cache */
+        if (dsr1_common_resolve_path(path, resolved, sizeof resolved, &err)) return dsr1_cli_fail(&err);
+        path = resolved;
+    }
     if (!path) { /* the model every other command would use: -m, DSR1_MODEL, default */
         if (dsr1_common_model_path(NULL, resolved, sizeof resolved, &err))
             return dsr1_cli_fail(&err);

@@ -13,6 +13,7 @@ static const struct {
 } commands[] = {
     {"chat", dsr1_cmd_chat, "talk to the model in the terminal (or one turn from stdin)"},
     {"run", dsr1_cmd_run, "answer a prompt, or a JSONL batch of requests"},
+    {"pull", dsr1_cmd_pull, "download a model from the Hugging Face Hub (resumable, verified)"},
     {"convert", dsr1_cmd_convert, "pack a Hugging Face checkpoint into one .dsr1 file"},
     {"info", dsr1_cmd_info, "describe a .dsr1 file, a checkpoint, or this machine (--hw)"},
     {"tokenize", dsr1_cmd_tokenize, "text to token ids"},

@@ -205,6 +205,10 @@ int dsr1_cmd_template(int argc, char **argv)
     if (path && !*path) path = NULL;
     char found[4096];
     dsr1_error err = {0};
+    if (path) { /* a repo id: its snapshot in the Hugging Face cache */
+        if (dsr1_common_resolve_path(path, found, sizeof found, &err)) return dsr1_cli_fail(&err);
+        path = found;
+    }
     if (!path && (o.ids || !o.tmpl)) { /* no model named: the default one, if any */
         if (dsr1_common_model_path(NULL, found, sizeof found, &err)) return dsr1_cli_fail(&err);
         path = found;

@@ -24,6 +24,7 @@
 
 #include "cli.h"
 #include "core/unicode.h"
+#include "common.h"
 #include "tokenize.h"
 
 #define CHUNK (1 << 20)
@@ -34,7 +35,9 @@ int dsr1_tokenize_open(const char *model, dsr1_tokenizer **tk, dsr1_error *err)
     if (!model || !model[0])
         return dsr1_errorf(err, DSR1_ENOTFOUND, "no model: give -m MODEL (a .dsr1 file, a "
                            "checkpoint directory or a tokenizer.json) or set DSR1_MODEL");
-    return dsr1_tokenizer_open(tk, model, err);
+    char path[4096]; /* a repo id: its snapshot in the Hugging Face cache */
+    DSR1_TRY(dsr1_common_resolve_path(model, path, sizeof path, err));
+    return dsr1_tokenizer_open(tk, path, err);
 }
 
 static void usage(FILE *f)

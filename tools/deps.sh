@@ -2,7 +2,7 @@
 # deps.sh - make sure the Debian packages dsr1 builds against are installed.
 # As root it installs what is missing with apt-get; otherwise it prints the
 # exact command to run and fails. Called by `make` before building.
-PKGS="build-essential pkg-config libcjson-dev libzstd-dev libcurl4-openssl-dev libdnnl-dev libnuma-dev libedit-dev zstd tmux python3-jinja2"
+PKGS="build-essential pkg-config libcjson-dev libzstd-dev libcurl4-openssl-dev libssl-dev libdnnl-dev libnuma-dev libedit-dev zstd tmux python3-jinja2"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
