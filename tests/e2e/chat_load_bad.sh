@@ -14,9 +14,9 @@ fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 S=dsr1-chatload-$$
 export TMUX=
-cleanup() { tmux kill-session -t "$S" 2>/dev/null; }
+cleanup() { tmux -L "$S" kill-server 2>/dev/null; } # a private server: other tests' tmux never races with ours
 trap cleanup EXIT
-screen() { tmux capture-pane -p -t "$S" -S -300 | grep -v '^ *$'; }
+screen() { tmux -L "$S" capture-pane -p -t "$S" -S -300 | grep -v '^ *$'; }
 wait_for() {
     i=0
     while [ $i -lt $((${2:-20} * 10)) ]; do
@@ -28,7 +28,7 @@ wait_for() {
     screen | tail -n 15
     return 1
 }
-send() { tmux send-keys -t "$S" "$@"; }
+send() { tmux -L "$S" send-keys -t "$S" "$@"; }
 D=$TMPDIR
 save() { # NAME HEADER-JSON [zero bytes after]
     { printf 'DSR1CHAT 1\n%s\n' "$2"; [ -n "${3:-}" ] && head -c "$3" /dev/zero; } |
@@ -49,7 +49,7 @@ head -c 30 "$D/good.chat" >"$D/torn.chat"
 # not under a sanitizer, which reserves terabytes of address space.
 LIMIT="ulimit -v 1500000;"
 [ -n "${DSR1_SANITIZED:-}" ] && LIMIT=
-tmux new-session -d -s "$S" -x 160 -y 60 \
+tmux -L "$S" new-session -d -s "$S" -x 160 -y 60 \
     "$LIMIT env XDG_DATA_HOME=$D/xdg $DSR1 chat -m $M --template r1 --temperature 0 --max-tokens 3 --ctx 2048; echo EXITED \$?; sleep 60"
 wait_for 'Type a message' || exit 1
 send "First." Enter

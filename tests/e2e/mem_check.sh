@@ -45,16 +45,16 @@ if command -v tmux >/dev/null && python3 -c 'import os; os.posix_fadvise' 2>/dev
     S=dsr1-mem-$$
     export TMUX=
     python3 -c "import os,sys; fd=os.open(sys.argv[1],os.O_RDONLY); os.posix_fadvise(fd,0,0,os.POSIX_FADV_DONTNEED)" "$M"
-    tmux new-session -d -s "$S" -x 120 -y 20 \
+    tmux -L "$S" new-session -d -s "$S" -x 120 -y 20 \
         "env XDG_DATA_HOME=$TMPDIR/x $DSR1 chat -m $M --ctx 256 </dev/tty 2>$TMPDIR/tty.err; echo EXITED"
     i=0
     while ! grep -q 'Type a message\|EXITED' "$TMPDIR/tty.err" 2>/dev/null && [ $i -lt 200 ]; do
         sleep 0.1
         i=$((i + 1))
     done
-    tmux send-keys -t "$S" C-d
+    tmux -L "$S" send-keys -t "$S" C-d
     sleep 0.5
-    tmux kill-session -t "$S" 2>/dev/null
+    tmux -L "$S" kill-server 2>/dev/null
     grep -q "preloaded m.dsr1" "$TMPDIR/tty.err" || bad "no default preload on a terminal: $(cat "$TMPDIR/tty.err")"
 fi
 exit $fail
