@@ -20,6 +20,7 @@ int dsr1_cmd_bench(int argc, char **argv);
 int dsr1_cmd_chat(int argc, char **argv);
 int dsr1_cmd_run(int argc, char **argv);
 int dsr1_cmd_pull(int argc, char **argv);
+int dsr1_cmd_verify(int argc, char **argv);
 
 /* `dsr1 bench tokenize [-m MODEL] [--repeat N] FILE` (cli/bench_tokenize.c),
  * called by cli/bench.c. argv[0] is "tokenize" (or argv[0..1] are "bench",

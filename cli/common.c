@@ -346,6 +346,9 @@ static void load_progress(double frac, const char *what, void *ctx)
                        what ? what : "");
 }
 
+/* Set by --verify (dsr1_common_gen_flag); read when a model is opened. */
+static int verify_on_load;
+
 int dsr1_common_open_model(dsr1_model **m, const char *path, const char *backend,
                            int threads, int quiet, dsr1_error *err)
 {
@@ -359,6 +362,7 @@ int dsr1_common_open_model(dsr1_model **m, const char *path, const char *backend
     o.threads = threads;
     o.progress = load_progress;
     o.progress_ctx = &c;
+    o.verify = verify_on_load;
     double t0 = dsr1_common_now();
     int rc = dsr1_model_open(m, path, &o, err);
     dsr1_common_status_clear(&st);
@@ -370,6 +374,7 @@ int dsr1_common_open_model(dsr1_model **m, const char *path, const char *backend
         dsr1_common_bytes((double)dsr1_model_active_weight_bytes(*m), act, sizeof act);
         fprintf(stderr, "dsr1: model %s (%s mapped, %s read per token) on %s, loaded in %.1f s\n",
                 path, sz, act, dsr1_model_describe(*m), dsr1_common_now() - t0);
+        fprintf(stderr, "dsr1: backend %s\n", dsr1_model_backend_choice(*m));
     }
     return 0;
 }
@@ -704,6 +709,10 @@ int dsr1_common_gen_flag(const char *cmd, dsr1_gen_flags *f, int c, const char *
         [DSR1_GEN_FREQ - DSR1_GEN_OPT_BASE] = {"--frequency-penalty", -2, 2, 0},
     };
     if (c < DSR1_GEN_OPT_BASE || c >= DSR1_GEN_OPT_END) return -1;
+    if (c == DSR1_GEN_VERIFY) {
+        verify_on_load = 1;
+        return 0;
+    }
     if (c == DSR1_GEN_MLOCK || c == DSR1_GEN_PRELOAD || c == DSR1_GEN_NOPRELOAD ||
         c == DSR1_GEN_NOPREFIX) {
         if (c == DSR1_GEN_NOPREFIX) f->no_prefix_cache = 1;

@@ -168,7 +168,7 @@ enum {
     DSR1_GEN_OPT_BASE = 1000,
     DSR1_GEN_MAXTOK = DSR1_GEN_OPT_BASE, DSR1_GEN_TEMP, DSR1_GEN_TOPP, DSR1_GEN_TOPK,
     DSR1_GEN_MINP, DSR1_GEN_REP, DSR1_GEN_SEED, DSR1_GEN_CTX, DSR1_GEN_THREADS,
-    DSR1_GEN_SPEC, DSR1_GEN_PRES, DSR1_GEN_FREQ,
+    DSR1_GEN_SPEC, DSR1_GEN_PRES, DSR1_GEN_FREQ, DSR1_GEN_VERIFY,
     DSR1_GEN_MLOCK, DSR1_GEN_PRELOAD, DSR1_GEN_NOPRELOAD, /* memory: no value */
     DSR1_GEN_NOPREFIX,                                    /* no value */
     DSR1_GEN_OPT_END
@@ -192,6 +192,7 @@ enum {
     {"ctx", required_argument, 0, DSR1_GEN_CTX},                                      \
     {"threads", required_argument, 0, DSR1_GEN_THREADS},                              \
     {"spec-draft", required_argument, 0, DSR1_GEN_SPEC},                              \
+    {"verify", no_argument, 0, DSR1_GEN_VERIFY},                                      \
     {"mlock", no_argument, 0, DSR1_GEN_MLOCK},                                        \
     {"preload", no_argument, 0, DSR1_GEN_PRELOAD},                                    \
     {"no-preload", no_argument, 0, DSR1_GEN_NOPRELOAD},                               \
@@ -207,6 +208,8 @@ typedef struct dsr1_gen_flags {
     int no_prefix_cache;     /* --no-prefix-cache: every prompt computed in full */
 } dsr1_gen_flags;
 
+/* --verify (no value) makes every later dsr1_common_open_model hash the
+ * whole file against its directory before loading (dsr1 verify's check). */
 /* If c is one of the DSR1_GEN_* codes, parse v into f and return 0 (or 2
  * after printing a usage error naming cmd and the flag); -1 when c is not
  * one of them. */

@@ -21,7 +21,6 @@
 #include "cli.h"
 #include "common.h"
 #include "core/dsr1.h"
-#include "core/forward.h" /* dsr1_forward_routes: the experts each layer chose */
 
 #define MAX_SEQS 1024
 

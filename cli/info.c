@@ -19,7 +19,7 @@
 #include "cli.h"
 #include "common.h"
 #include "convert/checkpoint.h"
-#include "convert/dsr1file.h"
+#include "core/dsr1file.h"
 #include "core/config.h"
 
 #define N_KINDS 8 /* enough for dsr1 types and safetensors dtypes */
@@ -162,24 +162,38 @@ static void print_config(const dsr1_config *c)
     printf("\n");
 }
 
+/* A string the file gave, made safe for a terminal (no escape sequences,
+ * control characters or broken UTF-8: see dsr1_text_sanitize); "?" when v
+ * is not a string. Uses one of four rotating buffers so a printf can take
+ * several. */
+static const char *shown(const cJSON *v)
+{
+    static char buf[4][256];
+    static int next;
+    if (!cJSON_IsString(v)) return "?";
+    char *b = buf[next++ & 3];
+    snprintf(b, sizeof buf[0], "%s", v->valuestring);
+    dsr1_text_sanitize(b);
+    return b;
+}
+
 static void print_provenance(const cJSON *prov)
 {
     const cJSON *src = cJSON_GetObjectItemCaseSensitive(prov, "source");
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(src, "name");
     const cJSON *shards = cJSON_GetObjectItemCaseSensitive(src, "shards");
-    printf("source:     %s (%d shard%s)\n", cJSON_IsString(name) ? name->valuestring : "?",
+    printf("source:     %s (%d shard%s)\n", shown(name),
            cJSON_GetArraySize(shards), cJSON_GetArraySize(shards) == 1 ? "" : "s");
     const cJSON *cv = cJSON_GetObjectItemCaseSensitive(prov, "conversion");
     if (!cJSON_IsObject(cv)) return;
     const cJSON *ty = cJSON_GetObjectItemCaseSensitive(cv, "type");
     const cJSON *ver = cJSON_GetObjectItemCaseSensitive(cv, "dsr1_version");
     const cJSON *when = cJSON_GetObjectItemCaseSensitive(cv, "created");
-    printf("converted:  --type %s", cJSON_IsString(ty) ? ty->valuestring : "?");
+    printf("converted:  --type %s", shown(ty));
     const cJSON *r;
     cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(cv, "type_for"))
-        if (cJSON_IsString(r)) printf(" --type-for %s", r->valuestring);
-    printf(", dsr1 %s, %s\n", cJSON_IsString(ver) ? ver->valuestring : "?",
-           cJSON_IsString(when) ? when->valuestring : "?");
+        if (cJSON_IsString(r)) printf(" --type-for %s", shown(r));
+    printf(", dsr1 %s, %s\n", shown(ver), shown(when));
 }
 
 /* 671.0 B, 37.6 B, 12.3 M, 950 K */
@@ -194,10 +208,12 @@ static const char *count_str(uint64_t n, char *buf, size_t cap)
 
 static void print_text(const facts *f)
 {
-    char b[32], b2[32];
+    char b[32], b2[32], path[4096];
     uint64_t total, active;
     dsr1_config_param_counts(&f->cfg, &total, &active);
-    printf("%-12s%s, %s, %llu tensors\n", !strcmp(f->kind, "dsr1") ? "file:" : "checkpoint:", f->path,
+    snprintf(path, sizeof path, "%s", f->path); /* may come from the default-model file */
+    dsr1_text_sanitize(path);
+    printf("%-12s%s, %s, %llu tensors\n", !strcmp(f->kind, "dsr1") ? "file:" : "checkpoint:", path,
            dsr1_common_bytes((double)f->file_size, b, sizeof b), (unsigned long long)f->n_tensors);
     print_config(&f->cfg);
     printf("parameters: %s total, %s active per token\n", count_str(total, b, sizeof b),

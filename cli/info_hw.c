@@ -2,8 +2,10 @@
  * info_hw.c - `dsr1 info --hw [--json]`: what this machine offers dsr1 -
  * CPU and its vector features (and whether the OS enabled them), the kernel
  * set dsr1 will use, cores, NUMA nodes, memory, GPU runtimes, and the
- * backend `--backend auto` picks. Detection is backends/cpu/hw.c; this file
- * only formats.
+ * backend `--backend auto` picks, and every backend dsr1 knows with
+ * "available" or the reason it is not (the registry, backends/backend.c,
+ * through core/dsr1.h). CPU detection is backends/cpu/hw.c; this file only
+ * formats.
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -46,6 +48,14 @@ static const char *gpu_state(int devices, char *buf, size_t cap)
     return buf;
 }
 
+/* The backend `auto` takes: the first available in the registry's order. */
+static const char *auto_pick(const dsr1_backend_info *bi, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (bi[i].available) return bi[i].name;
+    return "none";
+}
+
 static int print_json(const dsr1_hw *hw)
 {
     cJSON *o = cJSON_CreateObject();
@@ -78,7 +88,17 @@ static int print_json(const dsr1_hw *hw)
     cJSON_AddNumberToObject(hip, "devices", hw->hip_devices < 0 ? 0 : hw->hip_devices);
     cJSON_AddBoolToObject(hip, "driver", hw->hip_devices >= 0);
     cJSON_AddBoolToObject(hip, "built", 0);
-    cJSON_AddStringToObject(o, "backend", dsr1_hw_backend(hw));
+    dsr1_backend_info bi[8];
+    int nb = dsr1_backends(bi, 8);
+    cJSON_AddStringToObject(o, "backend", auto_pick(bi, nb));
+    cJSON *arr = cJSON_AddArrayToObject(o, "backends");
+    for (int i = 0; i < nb; i++) {
+        cJSON *b = cJSON_CreateObject();
+        cJSON_AddStringToObject(b, "name", bi[i].name);
+        cJSON_AddBoolToObject(b, "available", bi[i].available);
+        cJSON_AddStringToObject(b, bi[i].available ? "note" : "reason", bi[i].why);
+        cJSON_AddItemToArray(arr, b);
+    }
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!s) {
@@ -112,7 +132,12 @@ static void print_text(const dsr1_hw *hw)
            dsr1_common_bytes((double)hw->mem_available, b, sizeof b));
     printf("cuda:       %s\n", gpu_state(hw->cuda_devices, g, sizeof g));
     printf("hip:        %s\n", gpu_state(hw->hip_devices, g, sizeof g));
-    printf("backend:    %s (what --backend auto picks)\n", dsr1_hw_backend(hw));
+    dsr1_backend_info bi[8];
+    int nb = dsr1_backends(bi, 8);
+    printf("backend:    %s (what --backend auto picks)\n", auto_pick(bi, nb));
+    for (int i = 0; i < nb; i++)
+        printf("%s %-5s %s (%s)\n", i ? "           " : "backends:  ", bi[i].name,
+               bi[i].available ? "available" : "not available", bi[i].why);
 }
 
 int dsr1_info_hw(int json)

@@ -1,8 +1,10 @@
 /*
  * main.c - entry point: picks the subcommand and hands over argv.
  */
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -22,6 +24,7 @@ static const struct {
     {"logits", dsr1_cmd_logits, "write raw logits for given ids (for checking against references)"},
     {"eval", dsr1_cmd_eval, "compare a fast compute path with the float32 reference"},
     {"bench", dsr1_cmd_bench, "measure prefill, decode, speculative decoding, tokenizer speed"},
+    {"verify", dsr1_cmd_verify, "check every hash a .dsr1 file stores (payloads included)"},
 };
 
 static void usage(FILE *f)
@@ -32,8 +35,22 @@ static void usage(FILE *f)
     fprintf(f, "\n  version     print the version\n\nSee dsr1(1).\n");
 }
 
+/* Started with stdin, stdout or stderr closed (`<&-`), the first file we
+ * open would take that number: `run --in -` would then read the model file
+ * as JSONL, and payload or messages would land in a file we opened. Fill
+ * each closed one with /dev/null first. */
+static void open_std_fds(void)
+{
+    for (int fd = 0; fd < 3; fd++) {
+        if (fcntl(fd, F_GETFD) != -1) continue;
+        int n = open("/dev/null", fd ? O_WRONLY : O_RDONLY);
+        if (n >= 0 && n != fd) close(n); /* cannot happen: lower ones are open by now */
+    }
+}
+
 int main(int argc, char **argv)
 {
+    open_std_fds();
     if (argc < 2) {
         usage(stderr);
         return 2;

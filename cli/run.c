@@ -70,6 +70,7 @@ static const char usage_text[] =
     "      --template NAME     v3, r1 or raw (default: the model's own)\n"
     "  -c, --ctx N             tokens per sequence (default: the model's, capped by memory)\n"
     "      --spec-draft N      MTP draft tokens per step: -1 adaptive (default), 0 off, 1..8\n"
+    "      --verify            check every tensor's hash before loading (reads the whole file)\n"
     "  -t, --threads N         CPU threads (default: one per physical core)\n"
     "      --backend NAME      auto, cpu, cuda or hip (default auto)\n"
     "      --preload           read the weights into memory first, with progress (default on\n"

@@ -16,7 +16,7 @@
 
 #include "cli.h"
 #include "common.h"
-#include "convert/dsr1file.h"
+#include "core/dsr1file.h"
 #include "core/template.h"
 #include "core/tokenizer.h"
 

@@ -19,10 +19,12 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "checkpoint_internal.h"
 #include "safetensors.h"
@@ -49,10 +51,16 @@ static char *join(const char *dir, const char *name)
 static int read_text(const char *path, char **out, size_t *len, dsr1_error *err)
 {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return dsr1_errorf(err, errno == ENOENT ? DSR1_ENOTFOUND : DSR1_EIO, "%s: %s", path,
-                           errno == ENOENT ? "not found" : strerror(errno));
+    /* O_NONBLOCK: a FIFO in place of config.json must not hang the open;
+     * it is refused as not a regular file just below. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+    if (!f) {
+        int e = errno;
+        if (fd >= 0) close(fd);
+        return dsr1_errorf(err, e == ENOENT ? DSR1_ENOTFOUND : DSR1_EIO, "%s: %s", path,
+                           e == ENOENT ? "not found" : strerror(e));
+    }
     struct stat sb;
     if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
         fclose(f);
@@ -305,6 +313,31 @@ void dsr1_checkpoint_close(dsr1_checkpoint *ck)
     free(ck->config_path);
     free(ck->dir);
     free(ck);
+}
+
+/* Same file as st, by device and inode? */
+static int same_file(const char *path, const struct stat *st)
+{
+    struct stat s;
+    return stat(path, &s) == 0 && s.st_dev == st->st_dev && s.st_ino == st->st_ino;
+}
+
+const char *dsr1_checkpoint_source_of(const dsr1_checkpoint *ck, const char *path)
+{
+    struct stat st[2];
+    int have[2] = {stat(path, &st[0]) == 0, lstat(path, &st[1]) == 0};
+    const char *found = NULL;
+    for (int k = 0; k < 2 && !found; k++) {
+        if (!have[k]) continue;
+        for (int i = -1; i < N_SIDE_FILES + (int)ck->n_shards && !found; i++) {
+            const char *name = i < 0 ? "model.safetensors.index.json"
+                             : i < N_SIDE_FILES ? side_files[i] : ck->shard_names[i - N_SIDE_FILES];
+            char *p = join(ck->dir, name);
+            if (p && same_file(p, &st[k])) found = name;
+            free(p);
+        }
+    }
+    return found;
 }
 
 /* ---- accessors ----------------------------------------------------------------- */

@@ -58,6 +58,12 @@ size_t dsr1_checkpoint_n_shards(const dsr1_checkpoint *ck);
 /* Shard file name (base name), size in bytes. */
 const char *dsr1_checkpoint_shard_name(const dsr1_checkpoint *ck, size_t i, uint64_t *size);
 
+/* The checkpoint file (base name: a shard, the index, config.json or a
+ * tokenizer file) that path is, or points to (by device and inode, through
+ * symlinks and hard links); NULL when path is none of them or does not
+ * exist. Convert refuses such an output before writing anything. */
+const char *dsr1_checkpoint_source_of(const dsr1_checkpoint *ck, const char *path);
+
 const char *dsr1_st_dtype_name(dsr1_st_dtype t); /* "F8_E4M3", "BF16", ... */
 size_t dsr1_st_dtype_size(dsr1_st_dtype t);
 

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "../core/config.h"
+#include "../core/tokenizer.h"
 #include "checkpoint.h"
 #include "convert_internal.h"
 #include "quant.h"
@@ -230,6 +231,25 @@ static int check_rules(cv_ctx *c, const size_t *hits, dsr1_error *err)
     return 0;
 }
 
+/* Load tokenizer.json the way run will: a malformed one (a merge naming
+ * no token, a bad id) is refused here rather than packed into a model that
+ * cannot run. One dsr1 does not implement yet (DSR1_EUNSUPPORTED: V2's
+ * pre-tokenizer) is still packed, as before. */
+static int check_tokenizer(cv_ctx *c, const char *text, size_t len, dsr1_error *err)
+{
+    char what[4200];
+    snprintf(what, sizeof what, "%s/tokenizer.json", dsr1_checkpoint_dir(c->ck));
+    dsr1_tokenizer *tk = NULL;
+    dsr1_error local = {0};
+    int rc = dsr1_tokenizer_create(&tk, text, len, what, &local);
+    dsr1_tokenizer_free(tk);
+    if (rc && rc != DSR1_EUNSUPPORTED) {
+        *err = local;
+        return rc;
+    }
+    return 0;
+}
+
 static int plan_blobs(cv_ctx *c, dsr1_error *err)
 {
     static const char *const blobs[2] = {"tokenizer.json", "tokenizer_config.json"};
@@ -237,6 +257,7 @@ static int plan_blobs(cv_ctx *c, dsr1_error *err)
         size_t len = 0;
         const char *text = dsr1_checkpoint_file_text(c->ck, blobs[i], &len);
         if (!text || !len) continue;
+        if (i == 0) DSR1_TRY(check_tokenizer(c, text, len, err));
         cv_entry *e = new_entry(c, blobs[i], 1, err);
         if (!e) return err->code;
         e->out_type = DSR1_T_BLOB;
@@ -358,6 +379,10 @@ int dsr1_convert(const dsr1_convert_opts *o, dsr1_convert_stats *st, dsr1_error 
         c.cfg = dsr1_checkpoint_config(c.ck);
         rc = dsr1_checkpoint_check_shapes(c.ck, err);
     }
+    const char *src = rc ? NULL : dsr1_checkpoint_source_of(c.ck, o->out_path);
+    if (src)
+        rc = dsr1_errorf(err, DSR1_EINVAL, "%s: is the checkpoint's own %s; refusing to "
+                         "overwrite a source file (choose another output)", o->out_path, src);
     if (!rc) rc = plan(&c, err);
     if (!rc) rc = dsr1_convert_tick(&c, NULL, 0, err);
     st->src_bytes = c.total;

@@ -270,7 +270,9 @@ static int read_header(dsr1_safetensors *st, dsr1_error *err)
 
 static int map_file(dsr1_safetensors *st, dsr1_error *err)
 {
-    int fd = open(st->path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO put in place of a shard must not wait for
+     * a writer; it is refused as not a regular file just below. */
+    int fd = open(st->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return dsr1_errorf(err, errno == ENOENT ? DSR1_ENOTFOUND : DSR1_EIO, "%s: %s", st->path,
                            errno == ENOENT ? "shard file not found" : strerror(errno));

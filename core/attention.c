@@ -20,58 +20,67 @@
 #include <stdlib.h>
 
 void dsr1_attention_forward(dsr1_fwd *f, const dsr1_layer_weights *L, int layer,
-                            const dsr1_fwd_batch *b, const float *xn, float *out)
+                            const dsr1_fwd_batch *b, dsr1_view xn, dsr1_view out)
 {
     const dsr1_model *m = f->m;
     const dsr1_config *c = &m->cfg;
     const dsr1_backend_ops *be = m->be;
     int n = b->n, H = c->num_attention_heads, qk = dsr1_config_qk_head_dim(c);
-    int r = c->kv_lora_rank, rope = c->qk_rope_head_dim, D = c->hidden_size;
+    int r = c->kv_lora_rank, rope = c->qk_rope_head_dim;
     int64_t ldq = (int64_t)H * qk, ldkv = r + rope;
+    dsr1_view q = dsr1_fwd_view(f->q, ldq), kva = dsr1_fwd_view(f->kva, ldkv);
 
     if (c->q_lora_rank > 0) {
-        be->matmul(f->ws, &L->q_a, xn, D, f->qa, c->q_lora_rank, n, f->act);
-        be->rmsnorm(f->ws, f->qa, c->q_lora_rank, L->q_a_norm, c->q_lora_rank, c->rms_norm_eps,
-                    n, f->qa, c->q_lora_rank);
-        be->matmul(f->ws, &L->q_b, f->qa, c->q_lora_rank, f->q, ldq, n, f->act);
+        dsr1_view qa = dsr1_fwd_view(f->qa, c->q_lora_rank);
+        be->matmul(f->ws, L->q_a.h, xn, qa, n, f->act);
+        be->rmsnorm(f->ws, qa, L->q_a_norm.h, c->q_lora_rank, c->rms_norm_eps, n, qa);
+        be->matmul(f->ws, L->q_b.h, qa, q, n, f->act);
     } else {
-        be->matmul(f->ws, &L->q, xn, D, f->q, ldq, n, f->act);
+        be->matmul(f->ws, L->q.h, xn, q, n, f->act);
     }
-    be->rope(f->ws, f->q + c->qk_nope_head_dim, ldq, H, qk, rope, m->freqs, b->pos, n);
+    be->rope(f->ws, dsr1_view_at(q, c->qk_nope_head_dim), H, qk, rope, m->freqs_w.h);
 
-    be->matmul(f->ws, &L->kv_a, xn, D, f->kva, ldkv, n, f->act);
-    be->rmsnorm(f->ws, f->kva, ldkv, L->kv_a_norm, r, c->rms_norm_eps, n, f->kva, ldkv);
-    be->rope(f->ws, f->kva + r, ldkv, 1, rope, rope, m->freqs, b->pos, n);
-    be->kv_store(f->ws, f->kv, layer, f->kva, ldkv, f->kva + r, ldkv, b->seq, b->pos, n);
+    be->matmul(f->ws, L->kv_a.h, xn, kva, n, f->act);
+    be->rmsnorm(f->ws, kva, L->kv_a_norm.h, r, c->rms_norm_eps, n, kva);
+    be->rope(f->ws, dsr1_view_at(kva, r), 1, rope, rope, m->freqs_w.h);
+    be->kv_store(f->ws, layer, kva, dsr1_view_at(kva, r));
 
+    dsr1_view attn = dsr1_fwd_view(f->attn, (int64_t)H * c->v_head_dim);
     dsr1_mla_args a = {
         .n = n, .n_heads = H, .qk_nope = c->qk_nope_head_dim, .rope_dim = rope,
         .v_dim = c->v_head_dim, .kv_lora_rank = r, .scale = m->softmax_scale,
-        .q = f->q, .seq = b->seq, .pos = b->pos, .kv = f->kv, .layer = layer,
-        .wk_t = L->wk_t, .wv = L->wv, .out = f->attn,
+        .q = q, .layer = layer, .wk_t = L->wk_t.h, .wv = L->wv.h, .out = attn,
     };
     be->mla_attention(f->ws, &a, f->act);
-    be->matmul(f->ws, &L->o, f->attn, (int64_t)H * c->v_head_dim, out, D, n, f->act);
+    be->matmul(f->ws, L->o.h, attn, out, n, f->act);
 }
 
 /* ---- naive reference ------------------------------------------------------- */
 
 /* All rows of w dequantised into out[rows][cols]. */
-static void dequant_all(const dsr1_wmat *w, float *out)
+static void dequant_all(const dsr1_wmat w, float *out)
 {
-    for (int64_t i = 0; i < w->rows; i++) dsr1_wmat_dequant_row(w, i, out + i * w->cols);
+    for (int64_t i = 0; i < w.rows; i++) dsr1_wmat_dequant_row(&w, i, out + i * w.cols);
 }
+
+typedef struct naive_in {
+    const dsr1_mla_args *a;
+    const float *q;
+    const int32_t *seq, *pos;
+    const dsr1_kvcache *kv;
+} naive_in;
 
 /* One (token, head): expand every cached latent into its key and value
  * (model.py's naive path), softmax in double, write out[v_dim]. */
-static void naive_head(const dsr1_mla_args *a, int t, int h, const float *wk, const float *wv,
+static void naive_head(const naive_in *in, int t, int h, const float *wk, const float *wv,
                        float *row, double *sc, double *vacc, float *out)
 {
-    int r = a->kv_lora_rank, qk = a->qk_nope + a->rope_dim, P = a->pos[t] + 1;
-    const float *q = a->q + ((size_t)t * (size_t)a->n_heads + (size_t)h) * (size_t)qk;
+    const dsr1_mla_args *a = in->a;
+    int r = a->kv_lora_rank, qk = a->qk_nope + a->rope_dim, P = in->pos[t] + 1;
+    const float *q = in->q + ((size_t)t * (size_t)a->n_heads + (size_t)h) * (size_t)qk;
     double mx = -INFINITY, sum = 0;
     for (int p = 0; p < P; p++) {
-        dsr1_kvcache_read(a->kv, a->seq[t], a->layer, p, row);
+        dsr1_kvcache_read(in->kv, in->seq[t], a->layer, p, row);
         double s = 0;
         for (int d = 0; d < a->qk_nope; d++) {
             double k = 0;
@@ -85,7 +94,7 @@ static void naive_head(const dsr1_mla_args *a, int t, int h, const float *wk, co
     for (int p = 0; p < P; p++) sum += sc[p] = exp(sc[p] - mx);
     for (int d = 0; d < a->v_dim; d++) vacc[d] = 0;
     for (int p = 0; p < P; p++) {
-        dsr1_kvcache_read(a->kv, a->seq[t], a->layer, p, row);
+        dsr1_kvcache_read(in->kv, in->seq[t], a->layer, p, row);
         for (int d = 0; d < a->v_dim; d++) {
             double v = 0;
             for (int i = 0; i < r; i++) v += (double)wv[(size_t)d * (size_t)r + (size_t)i] * row[i];
@@ -95,20 +104,23 @@ static void naive_head(const dsr1_mla_args *a, int t, int h, const float *wk, co
     for (int d = 0; d < a->v_dim; d++) out[d] = (float)vacc[d];
 }
 
-void dsr1_attention_naive(const dsr1_mla_args *a, float *out)
+void dsr1_attention_naive(const dsr1_mla_args *a, const float *q, const int32_t *seq,
+                          const int32_t *pos, const dsr1_kvcache *kv, const dsr1_wdesc *wk_t,
+                          const dsr1_wdesc *wv_d, float *out)
 {
+    naive_in in = {a, q, seq, pos, kv};
     int r = a->kv_lora_rank, maxp = 1;
-    for (int t = 0; t < a->n; t++) maxp = a->pos[t] + 1 > maxp ? a->pos[t] + 1 : maxp;
+    for (int t = 0; t < a->n; t++) maxp = pos[t] + 1 > maxp ? pos[t] + 1 : maxp;
     float *row = malloc((size_t)(r + a->rope_dim) * sizeof *row);
     float *wk = malloc((size_t)r * (size_t)a->qk_nope * sizeof *wk);
     float *wv = malloc((size_t)r * (size_t)a->v_dim * sizeof *wv);
     double *sc = malloc((size_t)maxp * sizeof *sc), *vacc = malloc((size_t)a->v_dim * sizeof *vacc);
     DSR1_ASSERT(row && wk && wv && sc && vacc);
     for (int h = 0; h < a->n_heads; h++) {
-        dequant_all(&a->wk_t[h], wk);
-        dequant_all(&a->wv[h], wv);
+        dequant_all(dsr1_wdesc_mat(wk_t, h), wk);
+        dequant_all(dsr1_wdesc_mat(wv_d, h), wv);
         for (int t = 0; t < a->n; t++)
-            naive_head(a, t, h, wk, wv, row, sc, vacc,
+            naive_head(&in, t, h, wk, wv, row, sc, vacc,
                        out + ((size_t)t * (size_t)a->n_heads + (size_t)h) * (size_t)a->v_dim);
     }
     free(row);

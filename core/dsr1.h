@@ -37,6 +37,9 @@ typedef struct dsr1_model_options {
     /* Called while loading with a fraction in [0,1]; may be NULL. */
     void (*progress)(double frac, const char *what, void *ctx);
     void *progress_ctx;
+    /* Non-zero: hash every tensor's payload against the directory before
+     * loading (reads the whole file once; see dsr1(5), "What is checked"). */
+    int verify;
 } dsr1_model_options;
 
 int dsr1_model_open(dsr1_model **out, const char *path, const dsr1_model_options *opt,
@@ -50,6 +53,20 @@ const dsr1_tokenizer *dsr1_model_tokenizer(const dsr1_model *m);
 const char *dsr1_model_chat_template(const dsr1_model *m);
 /* Human-readable: "cpu (avx512-bf16, 2 threads, fp8 weights)". */
 const char *dsr1_model_describe(const dsr1_model *m);
+/* How the backend was chosen, for the start-up line: "cpu (asked for)",
+ * "auto: cpu (cuda: libdsr1-cuda.so not found ...; hip: ...)". */
+const char *dsr1_model_backend_choice(const dsr1_model *m);
+/* 1 when the file has an MTP (NextN) layer the engine can draft with. */
+int dsr1_model_has_mtp(const dsr1_model *m);
+
+/* Every backend dsr1 knows, in the order `auto` tries them, with whether it
+ * can run here and, if not, why (dsr1 info --hw). Returns the count. */
+typedef struct dsr1_backend_info {
+    const char *name;
+    int available;
+    char why[160];
+} dsr1_backend_info;
+int dsr1_backends(dsr1_backend_info *out, int max);
 /* Bytes of weights read per decoded token at batch 1 (active params). */
 uint64_t dsr1_model_active_weight_bytes(const dsr1_model *m);
 
@@ -170,5 +187,26 @@ typedef enum {
  * out (float32, row-major). */
 int dsr1_model_forward(dsr1_model *m, const int32_t *ids, size_t n, const size_t *chunks,
                        size_t n_chunks, dsr1_output what, float *out, dsr1_error *err);
+
+/* dsr1_model_forward's logits for every position (one chunk) plus the
+ * experts each main layer chose: experts[l][t][topk] in selection order,
+ * -1 for dense layers. For dsr1 eval, which counts routing flips between
+ * compute modes. */
+int dsr1_forward_routes(dsr1_model *m, const int32_t *ids, size_t n, float *logits,
+                        int32_t *experts, dsr1_error *err);
+
+/* ---- test and bench hooks of the speculative decoder ------------------- */
+
+/* Called at the end of a step for each sequence that will verify drafts
+ * next step (only in an engine that speculates), with its known tokens;
+ * writes up to max_draft draft tokens (valid ids) and returns how many.
+ * They replace the MTP's drafts (which are still computed, so timings stay
+ * real) and are treated as one-hot drafts by the acceptance. */
+typedef int (*dsr1_draft_fn)(void *ctx, int seq, const int32_t *tokens, int n_tokens,
+                             int32_t *draft, int max_draft);
+/* Install (or with fn NULL remove) the draft override hook. */
+void dsr1_engine_set_draft_override(dsr1_engine *e, dsr1_draft_fn fn, void *ctx);
+/* Seconds spent drafting so far (bench --spec). */
+double dsr1_engine_draft_seconds(const dsr1_engine *e);
 
 #endif

@@ -34,6 +34,7 @@
  */
 #include "engine.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,7 +173,12 @@ int dsr1_engine_create(dsr1_engine **out, dsr1_model *m, const dsr1_engine_optio
                                .kv_lora_rank = m->cfg.kv_lora_rank,
                                .rope_dim = m->cfg.qk_rope_head_dim, .max_seqs = o.max_seqs,
                                .ctx = o.ctx, .bytes = o.kv_bytes};
+    ko.be = m->be;
+    ko.dev = m->dev;
     int rc = alloc_buffers(e, err);
+    /* Every entry without a slot before anything can fail: cleanup after a
+     * failed cache allocation must not free slot 0 of no cache. */
+    for (int i = 0; !rc && i < e->n_seqs; i++) e->seqs[i].slot = -1;
     if (!rc) rc = dsr1_kvcache_create(&e->kv, &ko, err);
     if (!rc) rc = dsr1_fwd_create(&e->fwd, m, e->kv, e->max_batch, err);
     if (!rc) rc = dsr1_engine_prefix_create(e, err);
@@ -180,7 +186,6 @@ int dsr1_engine_create(dsr1_engine **out, dsr1_model *m, const dsr1_engine_optio
         dsr1_engine_free(e);
         return rc;
     }
-    for (int i = 0; i < e->n_seqs; i++) e->seqs[i].slot = -1;
     *out = e;
     return 0;
 }
@@ -439,8 +444,7 @@ static int run_main(dsr1_engine *e, const plan *p, dsr1_error *err)
     b.n_out = p->nb;
     b.out_rows = e->b_all;
     DSR1_TRY(dsr1_forward(e->fwd, &b, NULL, e->hid, err));
-    if (p->nout) dsr1_forward_head(e->fwd, e->hid, e->b_out, p->nout, e->logits);
-    return 0;
+    return dsr1_forward_head(e->fwd, e->hid, e->b_out, p->nout, e->logits, err);
 }
 
 /* The last tokens the repetition penalty sees for the next position. */
@@ -452,16 +456,11 @@ static const int32_t *recent(const eseq *s, size_t *n)
     return s->tokens + s->n_tokens - k;
 }
 
-/* Greedy is argmax with the lowest id on ties, independent of the sampler. */
+/* The sampler's pick; with temperature 0 it is the argmax (lowest id on
+ * ties) of the logits after the repetition penalty, and uses no RNG. */
 static int32_t pick(dsr1_engine *e, eseq *s, const float *logits)
 {
     int V = e->m->cfg.vocab_size;
-    if (s->sampling.temperature <= 0) {
-        int32_t b = 0;
-        for (int32_t i = 1; i < V; i++)
-            if (logits[i] > logits[b]) b = i;
-        return b;
-    }
     size_t n;
     const int32_t *r = recent(s, &n);
     return dsr1_sampler_sample(logits, V, &s->sampling, r, n, &s->rng, e->sampler_scratch);
@@ -510,6 +509,26 @@ static void accept(dsr1_engine *e, eseq *s, int32_t tok, dsr1_event *ev, size_t 
     emit(ev, nev, s, (int)(s - e->seqs), tok);
 }
 
+static int finite_row(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return 0;
+    return 1;
+}
+
+/* A NaN or Inf reached this sequence's logits (a damaged weight, a bad
+ * loaded cache: the backends route such tokens nowhere rather than
+ * abort). Only this sequence fails; its cache rows are dropped so nothing
+ * reuses them. */
+static void fail_nonfinite(dsr1_engine *e, eseq *s, dsr1_event *ev, size_t *nev)
+{
+    s->n_draft = 0;
+    finish(s, DSR1_FINISH_ERROR, "numerical error: non-finite logits (NaN or Inf from the "
+                                 "weights or a loaded KV cache); sequence stopped");
+    dsr1_engine_drop_kv(e, s);
+    emit(ev, nev, s, (int)(s - e->seqs), -1);
+}
+
 /* Tokens of one sequence from its logits rows: the accepted prefix of its
  * drafts, then the main model's own token (so at least one per step). The
  * KV rows of rejected drafts are dropped: the cache keeps [0, n_done) with
@@ -520,6 +539,10 @@ static void verify(dsr1_engine *e, eseq *s, dsr1_event *ev, size_t *nev)
     float *lg = e->logits + (size_t)s->b_out * V; /* rows are this step's: penalised in place */
     int nd = s->n_draft, taken = 0, decoding = s->n_generated > 0;
     for (int j = 0; j <= nd; j++, lg += V) {
+        if (!finite_row(lg, V)) {
+            fail_nonfinite(e, s, ev, nev);
+            return;
+        }
         int ok = 0;
         /* OpenAI's penalties see the generated tokens accepted so far
          * (drafts wait beyond n_tokens); the row is this step's own. */

@@ -32,14 +32,7 @@
 #include "prefix.h"
 #include "spec.h"
 
-/* Test and bench hook (only in an engine that speculates: the model has an
- * MTP layer and spec_draft != 0): called at the end of a step for each
- * sequence that will verify drafts next step, with its known tokens; writes
- * up to max_draft draft tokens (valid ids) to draft and returns how many. They
- * replace the MTP's drafts (which are still computed, so timings stay
- * real) and are treated as one-hot drafts by the acceptance. */
-typedef int (*dsr1_draft_fn)(void *ctx, int seq, const int32_t *tokens, int n_tokens,
-                             int32_t *draft, int max_draft);
+/* (The draft override hook, dsr1_draft_fn, is declared in dsr1.h.) */
 
 typedef enum { SEQ_FREE = 0, SEQ_QUEUED, SEQ_RUNNING, SEQ_DONE } seq_state;
 
@@ -108,8 +101,6 @@ struct dsr1_engine {
     int32_t *pfx_pages;      /* [kv->max_pages] scratch for a match */
 };
 
-/* Install (or with fn NULL remove) the draft override hook. */
-void dsr1_engine_set_draft_override(dsr1_engine *e, dsr1_draft_fn fn, void *ctx);
 /* End of a step (engine_spec.c): MTP rows for everything the main model
  * just fed, then up to kmax drafts for each decoding sequence, chained
  * through the MTP layer as one batched forward per draft position. A

@@ -102,6 +102,35 @@ static size_t row_bytes(const dsr1_kvcache *kv)
     return (size_t)kv->row * kv->elem + (kv->type == DSR1_KV_FP8 ? 4 : 0);
 }
 
+/* Rows [0, n) of every layer of slot between the cache (through the
+ * backend's kv_read / kv_write) and the export form: per layer, per
+ * position, the row's bytes then (FP8) its scale. A page at a time. */
+static int move_rows(dsr1_kvcache *kv, int slot, int n, unsigned char *q, int to_cache,
+                     dsr1_error *err)
+{
+    size_t rb = (size_t)kv->row * kv->elem, eb = row_bytes(kv);
+    unsigned char *data = malloc((size_t)kv->block * rb);
+    float *scale = malloc((size_t)kv->block * sizeof *scale);
+    int rc = data && scale ? 0 : dsr1_errorf(err, DSR1_ENOMEM, "export: out of memory");
+    for (int l = 0; !rc && l < kv->n_layers; l++)
+        for (int p0 = 0; !rc && p0 < n; p0 += kv->block) {
+            int cnt = n - p0 < kv->block ? n - p0 : kv->block;
+            if (!to_cache) rc = dsr1_kvcache_get_rows(kv, slot, l, p0, cnt, data, scale, err);
+            for (int i = 0; !rc && i < cnt; i++, q += eb) {
+                unsigned char *d = data + (size_t)i * rb;
+                if (to_cache) memcpy(d, q, rb);
+                else memcpy(q, d, rb);
+                if (kv->type != DSR1_KV_FP8) continue;
+                if (to_cache) memcpy(&scale[i], q + rb, 4);
+                else memcpy(q + rb, &scale[i], 4);
+            }
+            if (!rc && to_cache) rc = dsr1_kvcache_put_rows(kv, slot, l, p0, cnt, data, scale, err);
+        }
+    free(data);
+    free(scale);
+    return rc;
+}
+
 typedef struct seq_header {
     char magic[8];
     uint32_t version, kv_type, n_layers, row, n_tokens, n_kv, n_mtp;
@@ -132,13 +161,11 @@ int dsr1_engine_seq_export(dsr1_engine *e, int seq, void **buf, size_t *len, dsr
     unsigned char *q = p + sizeof h;
     memcpy(q, s->tokens, (size_t)s->n_tokens * 4);
     q += (size_t)s->n_tokens * 4;
-    for (int l = 0; l < kv->n_layers; l++)
-        for (int pos = 0; pos < n_kv; pos++, q += rb) {
-            size_t r = dsr1_kvcache_row_index(kv, s->slot, l, pos);
-            memcpy(q, (const unsigned char *)kv->data + r * (size_t)kv->row * kv->elem,
-                   (size_t)kv->row * kv->elem);
-            if (kv->type == DSR1_KV_FP8) memcpy(q + (size_t)kv->row, &kv->scale[r], 4);
-        }
+    int rc = move_rows(e->kv, s->slot, n_kv, q, 0, err);
+    if (rc) {
+        free(p);
+        return rc;
+    }
     *buf = p;
     *len = n;
     return 0;
@@ -211,14 +238,13 @@ int dsr1_engine_seq_import(dsr1_engine *e, const void *buf, size_t len, int *seq
             return dsr1_errorf(err, DSR1_EFORMAT, "import: token %d at %u out of the vocabulary "
                                "(%d)", (int)bad, i, e->m->cfg.vocab_size);
         }
-    size_t rb = row_bytes(kv);
-    for (uint32_t l = 0; l < h.n_layers; l++)
-        for (uint32_t pos = 0; pos < h.n_kv; pos++, q += rb) {
-            size_t r = dsr1_kvcache_row_index(kv, slot, (int)l, (int)pos);
-            memcpy((unsigned char *)kv->data + r * (size_t)kv->row * kv->elem, q,
-                   (size_t)kv->row * kv->elem);
-            if (kv->type == DSR1_KV_FP8) memcpy(&kv->scale[r], q + (size_t)kv->row, 4);
-        }
+    rc = move_rows(kv, slot, (int)h.n_kv, (unsigned char *)(uintptr_t)q, 1, err);
+    if (rc) {
+        dsr1_kvcache_seq_free(kv, slot);
+        free(s->tokens);
+        s->tokens = NULL;
+        return rc;
+    }
     s->slot = slot;
     s->n_tokens = s->n_prompt = (int)h.n_tokens;
     s->n_done = (int)h.n_kv;

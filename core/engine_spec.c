@@ -30,6 +30,8 @@
 
 #include <string.h>
 
+double dsr1_engine_draft_seconds(const dsr1_engine *e) { return e->t_draft; }
+
 void dsr1_engine_set_draft_override(dsr1_engine *e, dsr1_draft_fn fn, void *ctx)
 {
     e->override = fn;
@@ -88,7 +90,7 @@ static int catchup_batch(dsr1_engine *e, int *n_out)
     for (int i = 0; i < e->n_seqs; i++) {
         eseq *s = &e->seqs[i];
         s->k_limit = 0;
-        if (s->b_len <= 0 || s->n_done <= s->n_mtp) continue;
+        if (s->b_len <= 0 || s->slot < 0 || s->n_done <= s->n_mtp) continue; /* fed, kept */
         int fed = e->b_pos[s->b_row];
         if (s->n_mtp != fed && !(s->h_lag && s->n_mtp < fed)) continue;
         int want = e->o.spec_draft >= 0 || dsr1_spec_try(&s->track);

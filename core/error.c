@@ -1,5 +1,10 @@
 /*
  * error.c - the error helpers declared in error.h. No state, no allocation.
+ *
+ * Messages often quote what a file says (a tensor name, a token, a key), and
+ * they end up on a terminal: every message is passed through
+ * dsr1_text_sanitize, so a crafted file cannot send escape sequences, move the
+ * cursor or break the one-line rule through an error.
  */
 #include "error.h"
 
@@ -15,6 +20,7 @@ int dsr1_errorf(dsr1_error *err, int code, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(err->msg, sizeof err->msg, fmt, ap);
         va_end(ap);
+        dsr1_text_sanitize(err->msg);
         err->code = code;
     }
     return code;
@@ -38,7 +44,41 @@ int dsr1_error_wrap(dsr1_error *err, const char *fmt, ...)
     size_t ol = strnlen(old, rest);
     memcpy(err->msg + n + 2, old, ol);
     err->msg[n + 2 + ol] = 0;
+    dsr1_text_sanitize(err->msg);
     return err->code;
+}
+
+/* Length of the valid UTF-8 sequence at s (1..4), 0 if invalid. */
+static size_t utf8_len(const unsigned char *s)
+{
+    unsigned c = s[0];
+    size_t n = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3
+             : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    for (size_t i = 1; i < n; i++)
+        if ((s[i] & 0xC0) != 0x80) return 0;
+    if (n == 3 && ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] >= 0xA0))) return 0;
+    if (n == 4 && ((c == 0xF0 && s[1] < 0x90) || (c == 0xF4 && s[1] >= 0x90))) return 0;
+    return n;
+}
+
+size_t dsr1_text_sanitize(char *s)
+{
+    unsigned char *r = (unsigned char *)s, *w = r;
+    while (*r) {
+        size_t n = utf8_len(r);
+        /* C0 controls, DEL, C1 controls (U+0080..U+009F, which some
+         * terminals obey as 8-bit ESC sequences) and broken UTF-8. */
+        if (!n || *r < 0x20 || *r == 0x7F || (n == 2 && r[0] == 0xC2 && r[1] < 0xA0)) {
+            *w++ = '?';
+            r += n ? n : 1;
+            continue;
+        }
+        memmove(w, r, n);
+        w += n;
+        r += n;
+    }
+    *w = 0;
+    return (size_t)((char *)w - s);
 }
 
 const char *dsr1_strerror(int code)

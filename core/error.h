@@ -39,6 +39,13 @@ int dsr1_errorf(dsr1_error *err, int code, const char *fmt, ...)
 int dsr1_error_wrap(dsr1_error *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* Make s (NUL-terminated, changed in place) safe to print on a terminal:
+ * each control character (C0, DEL, C1), and each byte of broken UTF-8,
+ * becomes '?'. Valid printable UTF-8 is kept. Returns the new length. Every
+ * dsr1_errorf message goes through it; so must any text from a file that
+ * the CLI prints (model metadata, names). */
+size_t dsr1_text_sanitize(char *s);
+
 /* Short name of a code ("io error", ...). */
 const char *dsr1_strerror(int code);
 

@@ -9,6 +9,12 @@
  * SGLang's deepseek_nextn do it. Also dsr1_model_forward, the one-shot
  * entry point (logits, eval, tests) built on the same code.
  *
+ * Every activation lives in backend buffers (backends/backend.h); each
+ * forward is one backend step (step_begin with the batch and the cache's
+ * page tables, the ops, step_end with the error code). The host sees only
+ * what it asks for: logits and hidden rows come back through `read`, the
+ * MTP layer's input hidden states go in through `write`.
+ *
  * Invariants: every buffer is sized in dsr1_fwd_create for max_tokens; the
  * forward itself allocates nothing. A token's outputs depend only on its
  * own sequence (backend determinism contract), never on the batch.
@@ -18,14 +24,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- context ------------------------------------------------------------- */
+/* Rows of logits computed per LM-head call: bounds the backend's logits
+ * buffer; a row's logits do not depend on its neighbours (backend.h). */
+#define LOGIT_ROWS 128
 
-static void *alloc_f(size_t n, int *fail)
-{
-    void *p = malloc(n ? n * sizeof(float) : sizeof(float));
-    if (!p) *fail = 1;
-    return p;
-}
+/* ---- context ------------------------------------------------------------- */
 
 static void fill_sizes(const dsr1_model *m, const dsr1_kvcache *kv, int max_tokens,
                        dsr1_ws_sizes *s)
@@ -50,6 +53,28 @@ static void fill_sizes(const dsr1_model *m, const dsr1_kvcache *kv, int max_toke
     s->kv_type = kv->type;
 }
 
+static int new_buf(dsr1_fwd *f, size_t n, dsr1_bbuf **b, dsr1_error *err)
+{
+    return f->m->be->buf_create(f->m->dev, n, b, err);
+}
+
+static int alloc_bufs(dsr1_fwd *f, dsr1_error *err)
+{
+    const dsr1_config *c = &f->m->cfg;
+    size_t T = (size_t)f->max_tokens, D = (size_t)c->hidden_size, H = (size_t)c->num_attention_heads;
+    size_t L = T < LOGIT_ROWS ? T : LOGIT_ROWS;
+    DSR1_TRY(new_buf(f, T * D, &f->x, err));
+    DSR1_TRY(new_buf(f, T * D, &f->xn, err));
+    DSR1_TRY(new_buf(f, T * D, &f->tmp, err));
+    DSR1_TRY(new_buf(f, T * D, &f->rows, err));
+    DSR1_TRY(new_buf(f, T * 2 * D, &f->cat, err));
+    DSR1_TRY(new_buf(f, T * (size_t)c->q_lora_rank, &f->qa, err));
+    DSR1_TRY(new_buf(f, T * H * (size_t)dsr1_config_qk_head_dim(c), &f->q, err));
+    DSR1_TRY(new_buf(f, T * (size_t)(c->kv_lora_rank + c->qk_rope_head_dim), &f->kva, err));
+    DSR1_TRY(new_buf(f, T * H * (size_t)c->v_head_dim, &f->attn, err));
+    return new_buf(f, L * (size_t)c->vocab_size, &f->logits, err);
+}
+
 int dsr1_fwd_create(dsr1_fwd **out, dsr1_model *m, dsr1_kvcache *kv, int max_tokens,
                     dsr1_error *err)
 {
@@ -59,31 +84,18 @@ int dsr1_fwd_create(dsr1_fwd **out, dsr1_model *m, dsr1_kvcache *kv, int max_tok
     if (kv->n_layers < m->n_layers || kv->kv_lora_rank != c->kv_lora_rank ||
         kv->rope_dim != c->qk_rope_head_dim)
         return dsr1_errorf(err, DSR1_EINVAL, "forward: kv cache shape does not fit the model");
+    if (kv->be != m->be || kv->dev != m->dev)
+        return dsr1_errorf(err, DSR1_EINVAL, "forward: kv cache pages live on another backend");
     dsr1_fwd *f = calloc(1, sizeof *f);
     if (!f) return dsr1_errorf(err, DSR1_ENOMEM, "forward: out of memory");
     f->m = m;
     f->kv = kv;
     f->max_tokens = max_tokens;
     f->act = dsr1_model_act(m);
-    size_t T = (size_t)max_tokens, D = (size_t)c->hidden_size, H = (size_t)c->num_attention_heads;
-    int fail = 0;
-    f->x = alloc_f(T * D, &fail);
-    f->xn = alloc_f(T * D, &fail);
-    f->tmp = alloc_f(T * D, &fail);
-    f->rows = alloc_f(T * D, &fail);
-    f->cat = alloc_f(T * 2 * D, &fail);
-    f->qa = alloc_f(T * (size_t)c->q_lora_rank, &fail);
-    f->q = alloc_f(T * H * (size_t)dsr1_config_qk_head_dim(c), &fail);
-    f->kva = alloc_f(T * (size_t)(c->kv_lora_rank + c->qk_rope_head_dim), &fail);
-    f->attn = alloc_f(T * H * (size_t)c->v_head_dim, &fail);
-    if (fail) {
-        dsr1_fwd_free(f);
-        return dsr1_errorf(err, DSR1_ENOMEM, "forward: cannot allocate buffers for %d tokens",
-                           max_tokens);
-    }
     dsr1_ws_sizes s;
     fill_sizes(m, kv, max_tokens, &s);
-    int rc = m->be->ws_create(m->dev, &s, &f->ws, err);
+    int rc = alloc_bufs(f, err);
+    if (!rc) rc = m->be->ws_create(m->dev, &s, &f->ws, err);
     if (rc) {
         dsr1_fwd_free(f);
         return rc;
@@ -95,16 +107,10 @@ int dsr1_fwd_create(dsr1_fwd **out, dsr1_model *m, dsr1_kvcache *kv, int max_tok
 void dsr1_fwd_free(dsr1_fwd *f)
 {
     if (!f) return;
-    if (f->ws) f->m->be->ws_free(f->ws);
-    free(f->x);
-    free(f->xn);
-    free(f->tmp);
-    free(f->rows);
-    free(f->cat);
-    free(f->qa);
-    free(f->q);
-    free(f->kva);
-    free(f->attn);
+    const dsr1_backend_ops *be = f->m->be;
+    if (f->ws) be->ws_free(f->ws);
+    dsr1_bbuf *b[] = {f->x, f->xn, f->tmp, f->rows, f->cat, f->qa, f->q, f->kva, f->attn, f->logits};
+    for (size_t i = 0; i < sizeof b / sizeof *b; i++) be->buf_free(f->m->dev, b[i]);
     free(f);
 }
 
@@ -112,30 +118,28 @@ void dsr1_fwd_threads(dsr1_fwd *f, int threads) { f->m->be->ws_threads(f->ws, th
 
 /* ---- layers ---------------------------------------------------------------- */
 
-static void add_rows(float *x, const float *y, size_t n)
-{
-    for (size_t i = 0; i < n; i++) x[i] += y[i];
-}
-
 /* One decoder block over f->x (n tokens): attention and FFN with residuals. */
 static void block(dsr1_fwd *f, int layer, const dsr1_fwd_batch *b)
 {
     const dsr1_model *m = f->m;
+    const dsr1_backend_ops *be = m->be;
     const dsr1_config *c = &m->cfg;
     const dsr1_layer_weights *L = &m->layers[layer];
     int D = c->hidden_size, n = b->n;
-    m->be->rmsnorm(f->ws, f->x, D, L->attn_norm, D, c->rms_norm_eps, n, f->xn, D);
-    dsr1_attention_forward(f, L, layer, b, f->xn, f->tmp);
-    add_rows(f->x, f->tmp, (size_t)n * (size_t)D);
-    m->be->rmsnorm(f->ws, f->x, D, L->ffn_norm, D, c->rms_norm_eps, n, f->xn, D);
+    dsr1_view x = dsr1_fwd_view(f->x, D), xn = dsr1_fwd_view(f->xn, D);
+    dsr1_view tmp = dsr1_fwd_view(f->tmp, D);
+    be->rmsnorm(f->ws, x, L->attn_norm.h, D, c->rms_norm_eps, n, xn);
+    dsr1_attention_forward(f, L, layer, b, xn, tmp);
+    be->add(f->ws, x, tmp, n, D);
+    be->rmsnorm(f->ws, x, L->ffn_norm.h, D, c->rms_norm_eps, n, xn);
     if (L->is_moe) {
-        m->be->moe(f->ws, &L->moe, &m->moe, f->xn, n, f->tmp, f->act);
+        be->moe(f->ws, &L->moe, &m->moe, xn, n, tmp, f->act);
         if (f->routes && layer < c->num_hidden_layers)
-            m->be->moe_choice(f->ws, f->routes + ((size_t)layer * (size_t)f->routes_n +
-                                                  (size_t)f->routes_at) * (size_t)m->moe.topk, n);
+            be->moe_choice(f->ws, f->routes + ((size_t)layer * (size_t)f->routes_n +
+                                               (size_t)f->routes_at) * (size_t)m->moe.topk, n);
     } else
-        m->be->ffn(f->ws, &L->gate, &L->up, &L->down, f->xn, n, f->tmp, f->act);
-    add_rows(f->x, f->tmp, (size_t)n * (size_t)D);
+        be->ffn(f->ws, L->gate.h, L->up.h, L->down.h, xn, n, tmp, f->act);
+    be->add(f->ws, x, tmp, n, D);
 }
 
 static int check_batch(const dsr1_fwd *f, const dsr1_fwd_batch *b, dsr1_error *err)
@@ -160,20 +164,42 @@ static int check_batch(const dsr1_fwd *f, const dsr1_fwd_batch *b, dsr1_error *e
     return 0;
 }
 
+/* LM head on the first n rows of f->rows (final-normed), logits to the
+ * host in pieces of LOGIT_ROWS rows. */
+static void head_rows(dsr1_fwd *f, const dsr1_mw *head, int n, float *logits)
+{
+    const dsr1_backend_ops *be = f->m->be;
+    int D = f->m->cfg.hidden_size, V = f->m->cfg.vocab_size;
+    for (int i = 0; i < n; i += LOGIT_ROWS) {
+        int k = n - i < LOGIT_ROWS ? n - i : LOGIT_ROWS;
+        dsr1_view rows = {f->rows, (int64_t)i * D, D}, lg = dsr1_fwd_view(f->logits, V);
+        be->matmul(f->ws, head->h, rows, lg, k, f->act);
+        be->read(f->ws, lg, k, V, logits + (size_t)i * (size_t)V, V);
+    }
+}
+
 /* Gather the wanted rows of f->x, normalise with w, then head and outputs. */
-static void outputs(dsr1_fwd *f, const dsr1_fwd_batch *b, const float *w, const dsr1_wmat *head,
+static void outputs(dsr1_fwd *f, const dsr1_fwd_batch *b, const dsr1_mw *w, const dsr1_mw *head,
                     float *logits, float *hidden)
 {
     const dsr1_model *m = f->m;
     const dsr1_config *c = &m->cfg;
     int D = c->hidden_size;
     if (!b->n_out) return;
-    for (int i = 0; i < b->n_out; i++)
-        memcpy(f->rows + (size_t)i * (size_t)D, f->x + (size_t)b->out_rows[i] * (size_t)D,
-               (size_t)D * sizeof(float));
-    m->be->rmsnorm(f->ws, f->rows, D, w, D, c->rms_norm_eps, b->n_out, f->rows, D);
-    if (hidden) memcpy(hidden, f->rows, (size_t)b->n_out * (size_t)D * sizeof(float));
-    if (logits) m->be->matmul(f->ws, head, f->rows, D, logits, c->vocab_size, b->n_out, f->act);
+    dsr1_view rows = dsr1_fwd_view(f->rows, D);
+    m->be->gather(f->ws, dsr1_fwd_view(f->x, D), b->out_rows, b->n_out, D, rows);
+    m->be->rmsnorm(f->ws, rows, w->h, D, c->rms_norm_eps, b->n_out, rows);
+    if (hidden) m->be->read(f->ws, rows, b->n_out, D, hidden, D);
+    if (logits) head_rows(f, head, b->n_out, logits);
+}
+
+/* step_begin with the batch and the cache's page tables. */
+static int begin(dsr1_fwd *f, const dsr1_fwd_batch *b, dsr1_error *err)
+{
+    dsr1_step st = {.n = b->n, .ids = b->ids, .pos = b->pos, .seq = b->seq, .n_out = b->n_out,
+                    .out_rows = b->out_rows};
+    dsr1_kvcache_step(f->kv, &st);
+    return f->m->be->step_begin(f->ws, &st, err);
 }
 
 int dsr1_forward(dsr1_fwd *f, const dsr1_fwd_batch *b, float *logits, float *hidden,
@@ -181,28 +207,35 @@ int dsr1_forward(dsr1_fwd *f, const dsr1_fwd_batch *b, float *logits, float *hid
 {
     DSR1_TRY(check_batch(f, b, err));
     const dsr1_model *m = f->m;
-    m->be->embed(f->ws, m->embed, b->ids, b->n, f->x);
+    DSR1_TRY(begin(f, b, err));
+    m->be->embed(f->ws, m->embed.h, dsr1_fwd_view(f->x, m->cfg.hidden_size));
     for (int l = 0; l < m->cfg.num_hidden_layers; l++) block(f, l, b);
-    outputs(f, b, m->norm, &m->lm_head, logits, hidden);
-    return 0;
+    outputs(f, b, &m->norm, &m->lm_head, logits, hidden);
+    return m->be->step_end(f->ws, err);
 }
 
-void dsr1_forward_head(dsr1_fwd *f, const float *hidden, const int32_t *rows, int n,
-                       float *logits)
+int dsr1_forward_head(dsr1_fwd *f, const float *hidden, const int32_t *rows, int n,
+                      float *logits, dsr1_error *err)
 {
     const dsr1_model *m = f->m;
     size_t D = (size_t)m->cfg.hidden_size;
-    DSR1_ASSERT(n >= 0 && n <= f->max_tokens);
-    if (!n) return;
+    if (n < 0 || n > f->max_tokens)
+        return dsr1_errorf(err, DSR1_EINVAL, "forward: %d head rows, limit %d", n, f->max_tokens);
+    if (!n) return 0;
+    dsr1_step st = {.n = n};
+    DSR1_TRY(m->be->step_begin(f->ws, &st, err));
     for (int i = 0; i < n; i++)
-        memcpy(f->rows + (size_t)i * D, hidden + (size_t)rows[i] * D, D * sizeof(float));
-    m->be->matmul(f->ws, &m->lm_head, f->rows, (int64_t)D, logits, m->cfg.vocab_size, n, f->act);
+        m->be->write(f->ws, hidden + (size_t)rows[i] * D, (int64_t)D, 1, (int)D,
+                     (dsr1_view){f->rows, (int64_t)i * (int64_t)D, (int64_t)D});
+    head_rows(f, &m->lm_head, n, logits);
+    return m->be->step_end(f->ws, err);
 }
 
 int dsr1_forward_mtp(dsr1_fwd *f, const dsr1_fwd_batch *b, const float *h, int64_t ldh,
                      float *logits, float *hidden, dsr1_error *err)
 {
     const dsr1_model *m = f->m;
+    const dsr1_backend_ops *be = m->be;
     const dsr1_config *c = &m->cfg;
     if (!m->n_mtp)
         return dsr1_errorf(err, DSR1_EUNSUPPORTED, "%s: model has no MTP layer",
@@ -210,14 +243,18 @@ int dsr1_forward_mtp(dsr1_fwd *f, const dsr1_fwd_batch *b, const float *h, int64
     DSR1_TRY(check_batch(f, b, err));
     int l = c->num_hidden_layers, D = c->hidden_size, n = b->n;
     const dsr1_layer_weights *L = &m->layers[l];
+    DSR1_TRY(begin(f, b, err));
     /* cat = [enorm(embed(next token)) | hnorm(h)] */
-    m->be->embed(f->ws, L->mtp_embed, b->ids, n, f->xn);
-    m->be->rmsnorm(f->ws, f->xn, D, L->enorm, D, c->rms_norm_eps, n, f->cat, 2 * D);
-    m->be->rmsnorm(f->ws, h, ldh, L->hnorm, D, c->rms_norm_eps, n, f->cat + D, 2 * D);
-    m->be->matmul(f->ws, &L->eh_proj, f->cat, 2 * D, f->x, D, n, f->act);
+    dsr1_view xn = dsr1_fwd_view(f->xn, D), tmp = dsr1_fwd_view(f->tmp, D);
+    dsr1_view cat = dsr1_fwd_view(f->cat, 2 * D);
+    be->embed(f->ws, L->mtp_embed.h, xn);
+    be->rmsnorm(f->ws, xn, L->enorm.h, D, c->rms_norm_eps, n, cat);
+    be->write(f->ws, h, ldh, n, D, tmp);
+    be->rmsnorm(f->ws, tmp, L->hnorm.h, D, c->rms_norm_eps, n, dsr1_view_at(cat, D));
+    be->matmul(f->ws, L->eh_proj.h, cat, dsr1_fwd_view(f->x, D), n, f->act);
     block(f, l, b);
-    outputs(f, b, L->head_norm, &L->head, logits, hidden);
-    return 0;
+    outputs(f, b, &L->head_norm, &L->head, logits, hidden);
+    return be->step_end(f->ws, err);
 }
 
 /* ---- one-shot forward -------------------------------------------------------- */
@@ -297,7 +334,8 @@ static int model_forward(dsr1_model *m, const int32_t *ids, size_t n, const size
                            "forward: MTP logits need %s", n < 2 ? "at least 2 ids" : "an MTP layer");
     dsr1_kvcache_options ko = {.type = dsr1_model_kv_type(m), .n_layers = m->n_layers,
                                .kv_lora_rank = m->cfg.kv_lora_rank,
-                               .rope_dim = m->cfg.qk_rope_head_dim, .max_seqs = 1, .ctx = (int)n};
+                               .rope_dim = m->cfg.qk_rope_head_dim, .max_seqs = 1, .ctx = (int)n,
+                               .be = m->be, .dev = m->dev};
     dsr1_kvcache *kv = NULL;
     dsr1_fwd *f = NULL;
     int seq, rc = dsr1_kvcache_create(&kv, &ko, err);

@@ -27,26 +27,34 @@ typedef struct dsr1_fwd_batch {
     const int32_t *out_rows; /* [n_out] indices into the batch, outputs in this order */
 } dsr1_fwd_batch;
 
-/* Activation buffers for up to max_tokens tokens per call (allocated once). */
+/* Activation buffers (the backend's) for up to max_tokens tokens per
+ * call, allocated once. */
 typedef struct dsr1_fwd {
     dsr1_model *m;
     dsr1_kvcache *kv;        /* not owned */
     void *ws;                /* backend workspace, owned */
     int max_tokens;
     dsr1_act act;
-    float *x, *xn, *tmp;     /* [max_tokens][hidden] residual, normed, stage output */
-    float *qa;               /* [max_tokens][q_lora_rank] */
-    float *q;                /* [max_tokens][n_heads * qk_head_dim] */
-    float *kva;              /* [max_tokens][kv_lora_rank + rope] */
-    float *attn;             /* [max_tokens][n_heads * v_head_dim] */
-    float *cat;              /* [max_tokens][2 * hidden] MTP input */
-    float *rows;             /* [max_tokens][hidden] wanted rows, normed */
+    dsr1_bbuf *x, *xn, *tmp; /* [max_tokens][hidden] residual, normed, stage output */
+    dsr1_bbuf *qa;           /* [max_tokens][q_lora_rank] */
+    dsr1_bbuf *q;            /* [max_tokens][n_heads * qk_head_dim] */
+    dsr1_bbuf *kva;          /* [max_tokens][kv_lora_rank + rope] */
+    dsr1_bbuf *attn;         /* [max_tokens][n_heads * v_head_dim] */
+    dsr1_bbuf *cat;          /* [max_tokens][2 * hidden] MTP input */
+    dsr1_bbuf *rows;         /* [max_tokens][hidden] wanted rows, normed */
+    dsr1_bbuf *logits;       /* [min(max_tokens, 128)][vocab] LM head output */
     /* Optional routing record (dsr1_forward_routes): when set, each main
      * MoE layer l writes the experts of batch token t at
      * routes[(l * routes_n + routes_at + t) * topk]. Not owned. */
     int32_t *routes;
     int routes_n, routes_at;
 } dsr1_fwd;
+
+/* The whole of a buffer as rows of ld floats. */
+static inline dsr1_view dsr1_fwd_view(dsr1_bbuf *b, int64_t ld)
+{
+    return (dsr1_view){b, 0, ld};
+}
 
 int dsr1_fwd_create(dsr1_fwd **out, dsr1_model *m, dsr1_kvcache *kv, int max_tokens,
                     dsr1_error *err);
@@ -67,8 +75,8 @@ int dsr1_forward(dsr1_fwd *f, const dsr1_fwd_batch *b, float *logits, float *hid
  * i < n <= max_tokens. Bit-identical to asking dsr1_forward for those
  * logits; for callers that need every row's hidden state but only a few
  * rows' logits (speculative decoding: the MTP layer reads every position). */
-void dsr1_forward_head(dsr1_fwd *f, const float *hidden, const int32_t *rows, int n,
-                       float *logits);
+int dsr1_forward_head(dsr1_fwd *f, const float *hidden, const int32_t *rows, int n,
+                      float *logits, dsr1_error *err);
 
 /* MTP (NextN) layer: token t combines ids[t] (the next token) with h[t]
  * (the main model's final-normed hidden state at pos[t], row stride ldh)
@@ -80,21 +88,18 @@ void dsr1_forward_head(dsr1_fwd *f, const float *hidden, const int32_t *rows, in
 int dsr1_forward_mtp(dsr1_fwd *f, const dsr1_fwd_batch *b, const float *h, int64_t ldh,
                      float *logits, float *hidden, dsr1_error *err);
 
-/* dsr1_model_forward's logits for every position (one chunk) plus the
- * experts each main layer chose: experts[l][t][topk] in selection order,
- * -1 for dense layers. For dsr1 eval, which counts routing flips between
- * compute modes. */
-int dsr1_forward_routes(dsr1_model *m, const int32_t *ids, size_t n, float *logits,
-                        int32_t *experts, dsr1_error *err);
-
 /* MLA for one layer (attention.c): xn [n][hidden] -> out [n][hidden]
- * (o_proj applied), writing the layer's KV rows. */
+ * (o_proj applied), writing the layer's KV rows. Inside a step. */
 void dsr1_attention_forward(dsr1_fwd *f, const dsr1_layer_weights *L, int layer,
-                            const dsr1_fwd_batch *b, const float *xn, float *out);
+                            const dsr1_fwd_batch *b, dsr1_view xn, dsr1_view out);
 
 /* The naive (non-absorbed) MLA over the same cache, double accumulation:
  * keys and values expanded through kv_b per head. A test reference for the
- * absorbed form; q as in dsr1_mla_args, out [n][n_heads * v_head_dim]. */
-void dsr1_attention_naive(const dsr1_mla_args *a, float *out);
+ * absorbed form: dims, scale and layer from a; q on the host as in
+ * dsr1_mla_args ([n][n_heads][qk], rope applied); token t of slot seq[t]
+ * at pos[t]; wk_t, wv the per-head stacks; out [n][n_heads * v_head_dim]. */
+void dsr1_attention_naive(const dsr1_mla_args *a, const float *q, const int32_t *seq,
+                          const int32_t *pos, const dsr1_kvcache *kv, const dsr1_wdesc *wk_t,
+                          const dsr1_wdesc *wv, float *out);
 
 #endif

@@ -3,10 +3,12 @@
  * kvcache.h).
  *
  * Owns: page allocation (a free stack), per-page holder counts (pages shared
- * with the prefix cache), per-slot page tables, row storage and its
- * conversions (F32 / BF16 / FP8 with a per-row scale). Does not know about
- * attention, scheduling or the prefix tree: the engine decides who gets
- * pages, the tree only holds references and frees them on reclaim.
+ * with the prefix cache), per-slot page tables, and the row codec every
+ * backend stores with (F32 / BF16 / FP8 with a per-row scale). The rows'
+ * bytes are the backend's (kv_create): this file moves them only through
+ * its kv_read / kv_write / kv_copy hooks. Does not know about attention,
+ * scheduling or the prefix tree: the engine decides who gets pages, the
+ * tree only holds references and lets them go on reclaim.
  *
  * FP8 rows use scale = amax / 448 over the whole row (latent and rope part
  * together), so a row is one quantisation group, as the per-token-per-layer
@@ -22,6 +24,44 @@
 static size_t type_elem(dsr1_kv_type t)
 {
     return t == DSR1_KV_F32 ? 4 : t == DSR1_KV_BF16 ? 2 : 1;
+}
+
+size_t dsr1_kv_elem_size(dsr1_kv_type t) { return type_elem(t); }
+
+void dsr1_kv_encode_row(dsr1_kv_type t, const float *latent, int nl, const float *pe, int np,
+                        void *dst, float *scale)
+{
+    if (t == DSR1_KV_F32) {
+        float *d = dst;
+        memcpy(d, latent, (size_t)nl * 4);
+        memcpy(d + nl, pe, (size_t)np * 4);
+    } else if (t == DSR1_KV_BF16) {
+        uint16_t *d = dst;
+        for (int i = 0; i < nl; i++) d[i] = dsr1_f32_to_bf16(latent[i]);
+        for (int i = 0; i < np; i++) d[nl + i] = dsr1_f32_to_bf16(pe[i]);
+    } else {
+        uint8_t *d = dst;
+        float amax = 0;
+        for (int i = 0; i < nl; i++) amax = fmaxf(amax, fabsf(latent[i]));
+        for (int i = 0; i < np; i++) amax = fmaxf(amax, fabsf(pe[i]));
+        float sc = amax > 0 ? amax / 448.0f : 1.0f, inv = 1.0f / sc;
+        *scale = sc;
+        for (int i = 0; i < nl; i++) d[i] = dsr1_f32_to_fp8e4m3(latent[i] * inv);
+        for (int i = 0; i < np; i++) d[nl + i] = dsr1_f32_to_fp8e4m3(pe[i] * inv);
+    }
+}
+
+void dsr1_kv_decode_row(dsr1_kv_type t, const void *src, float scale, int row, float *out)
+{
+    if (t == DSR1_KV_F32) {
+        memcpy(out, src, (size_t)row * 4);
+    } else if (t == DSR1_KV_BF16) {
+        const uint16_t *d = src;
+        for (int i = 0; i < row; i++) out[i] = dsr1_bf16_to_f32(d[i]);
+    } else {
+        const uint8_t *d = src;
+        for (int i = 0; i < row; i++) out[i] = dsr1_fp8e4m3_to_f32(d[i]) * scale;
+    }
 }
 
 uint64_t dsr1_kvcache_token_bytes(dsr1_kv_type type, int n_layers, int row)
@@ -69,21 +109,32 @@ int dsr1_kvcache_create(dsr1_kvcache **out, const dsr1_kvcache_options *o, dsr1_
                            "kv cache: budget of %llu bytes holds no %llu-byte page",
                            (unsigned long long)o->bytes, (unsigned long long)page_bytes);
     }
+    if (!o->be || !o->be->kv_create) {
+        free(kv);
+        return dsr1_errorf(err, DSR1_EINVAL, "kv cache: no backend for the pages");
+    }
     kv->n_pages = (int)pages;
-    size_t rows = (size_t)pages * (size_t)kv->n_layers * (size_t)kv->block;
-    kv->data = malloc(rows * (size_t)kv->row * kv->elem);
-    kv->scale = o->type == DSR1_KV_FP8 ? malloc(rows * sizeof(float)) : NULL;
+    kv->be = o->be;
+    kv->dev = o->dev;
+    dsr1_kv_layout l = {.type = o->type, .n_layers = o->n_layers, .kv_lora_rank = o->kv_lora_rank,
+                        .rope_dim = o->rope_dim, .row = kv->row, .block = kv->block,
+                        .n_pages = kv->n_pages};
     kv->free_pages = malloc(pages * sizeof(int32_t));
     kv->table = calloc((size_t)o->max_seqs * (size_t)kv->max_pages, sizeof(int32_t));
     kv->n_held = calloc((size_t)o->max_seqs, sizeof(int32_t));
     kv->len = calloc((size_t)o->max_seqs, sizeof(int32_t));
     kv->used = calloc((size_t)o->max_seqs, 1);
     kv->ref = calloc(pages, sizeof(int32_t));
-    if (!kv->data || (o->type == DSR1_KV_FP8 && !kv->scale) || !kv->free_pages ||
-        !kv->table || !kv->n_held || !kv->len || !kv->used || !kv->ref) {
+    int rc = !kv->free_pages || !kv->table || !kv->n_held || !kv->len || !kv->used || !kv->ref
+                 ? DSR1_ENOMEM
+                 : o->be->kv_create(o->dev, &l, &kv->store, err);
+    if (rc) {
         dsr1_kvcache_free(kv);
-        return dsr1_errorf(err, DSR1_ENOMEM, "kv cache: cannot allocate %llu pages of %llu bytes",
-                           (unsigned long long)pages, (unsigned long long)page_bytes);
+        if (rc != DSR1_ENOMEM) return rc;
+        /* The one message a user can act on (issue: never a crash). */
+        double gb = (double)pages * (double)page_bytes / 1e9;
+        return dsr1_errorf(err, DSR1_ENOMEM, "not enough memory for a KV cache of %.*f GB; "
+                           "lower --ctx or --parallel", gb < 10 ? 1 : 0, gb);
     }
     /* Stack of free pages, lowest id on top so allocation order is stable. */
     for (int i = 0; i < kv->n_pages; i++) kv->free_pages[i] = kv->n_pages - 1 - i;
@@ -95,8 +146,7 @@ int dsr1_kvcache_create(dsr1_kvcache **out, const dsr1_kvcache_options *o, dsr1_
 void dsr1_kvcache_free(dsr1_kvcache *kv)
 {
     if (!kv) return;
-    free(kv->data);
-    free(kv->scale);
+    if (kv->store) kv->be->kv_free(kv->dev, kv->store);
     free(kv->free_pages);
     free(kv->table);
     free(kv->n_held);
@@ -121,7 +171,7 @@ int dsr1_kvcache_seq_alloc(dsr1_kvcache *kv, int *seq, dsr1_error *err)
 
 void dsr1_kvcache_seq_free(dsr1_kvcache *kv, int seq)
 {
-    if (seq < 0 || seq >= kv->max_seqs || !kv->used[seq]) return;
+    if (!kv || seq < 0 || seq >= kv->max_seqs || !kv->used[seq]) return;
     dsr1_kvcache_truncate(kv, seq, 0);
     kv->used[seq] = 0;
 }
@@ -182,14 +232,10 @@ int dsr1_kvcache_own_tail(dsr1_kvcache *kv, int seq, dsr1_error *err)
     if (!kv->n_free && kv->reclaim) kv->reclaim(kv->reclaim_ctx, 1);
     if (!kv->n_free)
         return dsr1_errorf(err, DSR1_ERANGE, "kv cache: full (no page for a copy)");
-    int32_t old = tab[i], p = kv->free_pages[--kv->n_free];
-    /* A page of every layer is contiguous: [n_layers][block][row] rows. */
-    size_t rows = (size_t)kv->n_layers * (size_t)kv->block;
-    memcpy((char *)kv->data + (size_t)p * rows * (size_t)kv->row * kv->elem,
-           (const char *)kv->data + (size_t)old * rows * (size_t)kv->row * kv->elem,
-           rows * (size_t)kv->row * kv->elem);
-    if (kv->scale) memcpy(kv->scale + (size_t)p * rows, kv->scale + (size_t)old * rows,
-                          rows * sizeof(float));
+    int32_t old = tab[i], p = kv->free_pages[kv->n_free - 1];
+    /* The whole page, every layer, inside the backend's storage. */
+    DSR1_TRY(kv->be->kv_copy(kv->dev, kv->store, p, old, err));
+    kv->n_free--;
     kv->ref[p] = 1;
     tab[i] = p;
     dsr1_kvcache_page_unref(kv, old);
@@ -207,44 +253,89 @@ void dsr1_kvcache_truncate(dsr1_kvcache *kv, int seq, int len)
     kv->len[seq] = len;
 }
 
+/* Calls fn for each page-sized run of rows [pos, pos + count) of seq. */
+static int each_run(const dsr1_kvcache *kv, int seq, int layer, int pos, int count,
+                    int (*fn)(const dsr1_kvcache *, int page, int layer, int first, int n,
+                              size_t done, void *ctx, dsr1_error *err),
+                    void *ctx, dsr1_error *err)
+{
+    if (seq < 0 || seq >= kv->max_seqs || !kv->used[seq] || layer < 0 || layer >= kv->n_layers ||
+        pos < 0 || count < 0 || pos + count > kv->len[seq])
+        return dsr1_errorf(err, DSR1_EINVAL, "kv cache: rows %d+%d of slot %d layer %d not held",
+                           pos, count, seq, layer);
+    const int32_t *tab = kv->table + (size_t)seq * (size_t)kv->max_pages;
+    for (int done = 0; done < count;) {
+        int p = pos + done, first = p % kv->block;
+        int n = kv->block - first < count - done ? kv->block - first : count - done;
+        DSR1_TRY(fn(kv, tab[p / kv->block], layer, first, n, (size_t)done, ctx, err));
+        done += n;
+    }
+    return 0;
+}
+
+typedef struct rows_io {
+    void *data;
+    float *scale;
+} rows_io;
+
+static int get_run(const dsr1_kvcache *kv, int page, int layer, int first, int n, size_t done,
+                   void *ctx, dsr1_error *err)
+{
+    rows_io *io = ctx;
+    return kv->be->kv_read(kv->dev, kv->store, page, layer, first, n,
+                           (char *)io->data + done * (size_t)kv->row * kv->elem,
+                           io->scale ? io->scale + done : NULL, err);
+}
+
+static int put_run(const dsr1_kvcache *kv, int page, int layer, int first, int n, size_t done,
+                   void *ctx, dsr1_error *err)
+{
+    rows_io *io = ctx;
+    return kv->be->kv_write(kv->dev, kv->store, page, layer, first, n,
+                            (const char *)io->data + done * (size_t)kv->row * kv->elem,
+                            io->scale ? io->scale + done : NULL, err);
+}
+
+int dsr1_kvcache_get_rows(const dsr1_kvcache *kv, int seq, int layer, int pos, int count,
+                          void *data, float *scale, dsr1_error *err)
+{
+    rows_io io = {data, scale};
+    return each_run(kv, seq, layer, pos, count, get_run, &io, err);
+}
+
+int dsr1_kvcache_put_rows(dsr1_kvcache *kv, int seq, int layer, int pos, int count,
+                          const void *data, const float *scale, dsr1_error *err)
+{
+    rows_io io = {(void *)(uintptr_t)data, (float *)(uintptr_t)scale};
+    return each_run(kv, seq, layer, pos, count, put_run, &io, err);
+}
+
 void dsr1_kvcache_write(dsr1_kvcache *kv, int seq, int layer, int pos, const float *latent,
                         const float *pe)
 {
-    DSR1_ASSERT(pos >= 0 && pos < kv->len[seq] && layer >= 0 && layer < kv->n_layers);
-    size_t r = dsr1_kvcache_row_index(kv, seq, layer, pos);
-    int nl = kv->kv_lora_rank, n = kv->row;
-    if (kv->type == DSR1_KV_F32) {
-        float *d = (float *)kv->data + r * (size_t)n;
-        memcpy(d, latent, (size_t)nl * 4);
-        memcpy(d + nl, pe, (size_t)kv->rope_dim * 4);
-    } else if (kv->type == DSR1_KV_BF16) {
-        uint16_t *d = (uint16_t *)kv->data + r * (size_t)n;
-        for (int i = 0; i < nl; i++) d[i] = dsr1_f32_to_bf16(latent[i]);
-        for (int i = 0; i < kv->rope_dim; i++) d[nl + i] = dsr1_f32_to_bf16(pe[i]);
-    } else {
-        uint8_t *d = (uint8_t *)kv->data + r * (size_t)n;
-        float amax = 0;
-        for (int i = 0; i < nl; i++) amax = fmaxf(amax, fabsf(latent[i]));
-        for (int i = 0; i < kv->rope_dim; i++) amax = fmaxf(amax, fabsf(pe[i]));
-        float s = amax > 0 ? amax / 448.0f : 1.0f, inv = 1.0f / s;
-        kv->scale[r] = s;
-        for (int i = 0; i < nl; i++) d[i] = dsr1_f32_to_fp8e4m3(latent[i] * inv);
-        for (int i = 0; i < kv->rope_dim; i++) d[nl + i] = dsr1_f32_to_fp8e4m3(pe[i] * inv);
-    }
+    unsigned char row[4 * 4096];
+    float scale = 1.0f;
+    DSR1_ASSERT((size_t)kv->row * kv->elem <= sizeof row);
+    dsr1_kv_encode_row(kv->type, latent, kv->kv_lora_rank, pe, kv->rope_dim, row, &scale);
+    int rc = dsr1_kvcache_put_rows(kv, seq, layer, pos, 1, row, &scale, NULL);
+    DSR1_ASSERT(rc == 0);
 }
 
 void dsr1_kvcache_read(const dsr1_kvcache *kv, int seq, int layer, int pos, float *out)
 {
-    DSR1_ASSERT(pos >= 0 && pos < kv->len[seq]);
-    size_t r = dsr1_kvcache_row_index(kv, seq, layer, pos);
-    int n = kv->row;
-    if (kv->type == DSR1_KV_F32) {
-        memcpy(out, (const float *)kv->data + r * (size_t)n, (size_t)n * 4);
-    } else if (kv->type == DSR1_KV_BF16) {
-        const uint16_t *d = (const uint16_t *)kv->data + r * (size_t)n;
-        for (int i = 0; i < n; i++) out[i] = dsr1_bf16_to_f32(d[i]);
-    } else {
-        const uint8_t *d = (const uint8_t *)kv->data + r * (size_t)n;
-        for (int i = 0; i < n; i++) out[i] = dsr1_fp8e4m3_to_f32(d[i]) * kv->scale[r];
-    }
+    unsigned char row[4 * 4096];
+    float scale = 1.0f;
+    DSR1_ASSERT((size_t)kv->row * kv->elem <= sizeof row);
+    int rc = dsr1_kvcache_get_rows(kv, seq, layer, pos, 1, row, &scale, NULL);
+    DSR1_ASSERT(rc == 0);
+    dsr1_kv_decode_row(kv->type, row, scale, kv->row, out);
+}
+
+void dsr1_kvcache_step(const dsr1_kvcache *kv, dsr1_step *s)
+{
+    s->kv = kv->store;
+    s->page_table = kv->table;
+    s->max_seqs = kv->max_seqs;
+    s->max_pages = kv->max_pages;
+    s->block = kv->block;
 }

@@ -3,14 +3,19 @@
  *
  * Per token and per layer (the main layers, then the MTP layer) one row of
  * kv_lora_rank + qk_rope_head_dim values: the kv_a_layernorm'd latent, then
- * the RoPE'd shared key part. Rows live in fixed pages of `block` tokens;
- * each sequence slot has a page table. Storage types: F32 (the exact path),
- * BF16 (default), FP8 e4m3 with one float scale per token per layer.
+ * the RoPE'd shared key part. Rows live in fixed pages of `block` tokens.
+ * Storage types: F32 (the exact path), BF16 (default), FP8 e4m3 with one
+ * float scale per token per layer (backends/backend.h: the row codec).
  *
- * Layout (backends read it directly):
- *   data  [n_pages][n_layers][block][row]   elements of `type`
- *   scale [n_pages][n_layers][block]        FP8 only: value = fp8 * scale
- * so one page of one layer is `block` contiguous rows.
+ * Two halves, kept apart on purpose:
+ *   - the PAGE TABLE (this struct, core's): which pages each sequence slot
+ *     holds, the free stack, slot lengths and use flags. Reserving,
+ *     truncating (rollback) and freeing are page-table work only;
+ *   - the PAGE STORAGE (`store`, the backend's): the rows' bytes, wherever
+ *     the backend keeps them (host memory for the CPU, device memory for a
+ *     GPU). Core reaches them only through the backend's kv_read/kv_write/
+ *     kv_copy hooks (dsr1_kvcache_get_rows/put_rows below); the forward
+ *     hands the tables to the backend at each step.
  *
  * Invariants: a slot's pages cover positions [0, len); truncating only
  * drops whole pages past the new length, so rolling back is O(pages
@@ -33,6 +38,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backends/backend.h"
 #include "dsr1.h"
 #include "error.h"
 
@@ -46,8 +52,10 @@ typedef struct dsr1_kvcache {
     int max_pages;       /* per slot: ceil(ctx / block) */
     int ctx;             /* max tokens per slot */
     size_t elem;         /* bytes per element of `type` */
-    void *data;          /* owned, layout above */
-    float *scale;        /* owned, FP8 only, else NULL */
+    const dsr1_backend_ops *be; /* the page storage's backend (not owned) */
+    void *dev;
+    dsr1_bkv *store;     /* owned: the pages' bytes (backend.h) */
+    /* page table */
     int32_t *free_pages; /* owned stack [n_pages] of free page ids */
     int n_free;
     int32_t *table;      /* owned [max_seqs][max_pages] page ids */
@@ -68,13 +76,16 @@ typedef struct dsr1_kvcache_options {
     int max_seqs;
     int ctx;             /* max tokens per slot */
     uint64_t bytes;      /* page budget; 0 = enough for max_seqs * ctx */
+    const dsr1_backend_ops *be; /* where the pages live (required) */
+    void *dev;
 } dsr1_kvcache_options;
 
 /* Bytes one token occupies across all layers (data + scales). */
 uint64_t dsr1_kvcache_token_bytes(dsr1_kv_type type, int n_layers, int row);
 
 /* Allocate the whole cache up front. DSR1_ERANGE when the budget holds
- * fewer than one page; DSR1_ENOMEM when allocation fails. */
+ * fewer than one page; DSR1_ENOMEM ("not enough memory for a KV cache of
+ * N GB; lower --ctx or --parallel") when the pages or tables do not fit. */
 int dsr1_kvcache_create(dsr1_kvcache **out, const dsr1_kvcache_options *o,
                         dsr1_error *err);
 void dsr1_kvcache_free(dsr1_kvcache *kv); /* NULL is a no-op */
@@ -104,19 +115,22 @@ void dsr1_kvcache_page_unref(dsr1_kvcache *kv, int32_t page);
  * page is free for the copy (nothing changes). */
 int dsr1_kvcache_own_tail(dsr1_kvcache *kv, int seq, dsr1_error *err);
 
-/* Store one row (latent[kv_lora_rank] then pe[rope_dim]) at pos < len. */
+/* Raw rows [pos, pos + count) of (seq, layer), pos + count <= len, in the
+ * backend's exchange form (backend.h: count * row elements of `type`, and
+ * count scales for FP8; scale may be NULL otherwise). */
+int dsr1_kvcache_get_rows(const dsr1_kvcache *kv, int seq, int layer, int pos, int count,
+                          void *data, float *scale, dsr1_error *err);
+int dsr1_kvcache_put_rows(dsr1_kvcache *kv, int seq, int layer, int pos, int count,
+                          const void *data, const float *scale, dsr1_error *err);
+
+/* Store one row (latent[kv_lora_rank] then pe[rope_dim]) at pos < len,
+ * encoded as every backend's kv_store does (tests, references). */
 void dsr1_kvcache_write(dsr1_kvcache *kv, int seq, int layer, int pos,
                         const float *latent, const float *pe);
 /* Read one row back as float32 into out[row]. */
 void dsr1_kvcache_read(const dsr1_kvcache *kv, int seq, int layer, int pos, float *out);
 
-/* Raw row address and (FP8) scale of (seq, layer, pos): for backends. */
-static inline size_t dsr1_kvcache_row_index(const dsr1_kvcache *kv, int seq, int layer,
-                                            int pos)
-{
-    int32_t page = kv->table[(size_t)seq * (size_t)kv->max_pages + (size_t)(pos / kv->block)];
-    return ((size_t)page * (size_t)kv->n_layers + (size_t)layer) * (size_t)kv->block +
-           (size_t)(pos % kv->block);
-}
+/* The batch description's page-table part for a forward over this cache. */
+void dsr1_kvcache_step(const dsr1_kvcache *kv, dsr1_step *s);
 
 #endif

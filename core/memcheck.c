@@ -25,7 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "convert/dsr1file.h"
+#include "dsr1file.h"
 #include "engine.h"
 #include "kvcache.h"
 #include "spec.h"

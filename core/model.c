@@ -45,6 +45,11 @@ int dsr1_model_own(dsr1_model *m, void *p, dsr1_error *err)
     return 0;
 }
 
+int dsr1_model_load_weight(dsr1_model *m, dsr1_mw *w, dsr1_error *err)
+{
+    return m->be->load(m->dev, &w->d, DSR1_PLACE_AUTO, &w->h, err);
+}
+
 static int find(dsr1_model *m, const char *name, const dsr1_tensor **t, dsr1_error *err)
 {
     *t = dsr1_file_find(m->file, name);
@@ -54,77 +59,118 @@ static int find(dsr1_model *m, const char *name, const dsr1_tensor **t, dsr1_err
     return 0;
 }
 
-static int bad_shape(dsr1_model *m, const dsr1_tensor *t, const char *want, dsr1_error *err)
+/* ---- the one check of a tensor against the config ------------------------- */
+
+/* What a loader expects of a tensor. */
+typedef enum { WANT_MATRIX, WANT_VECTOR } want_kind;
+
+static int bad_shape(dsr1_model *m, const dsr1_tensor *t, int ndim, const int64_t *dims,
+                     dsr1_error *err)
 {
-    char got[96];
+    char got[96], want[96];
     int k = snprintf(got, sizeof got, "[");
-    for (int i = 0; i < t->ndim; i++)
+    for (int i = 0; i < t->ndim && i < DSR1_MAX_DIMS; i++)
         k += snprintf(got + k, sizeof got - (size_t)k, i ? ", %lld" : "%lld", (long long)t->dims[i]);
     snprintf(got + k, sizeof got - (size_t)k, "]");
+    k = snprintf(want, sizeof want, "[");
+    for (int i = 0; i < ndim; i++)
+        k += snprintf(want + k, sizeof want - (size_t)k, i ? ", %lld" : "%lld", (long long)dims[i]);
+    snprintf(want + k, sizeof want - (size_t)k, "]");
     return dsr1_errorf(err, DSR1_EFORMAT, "%s: tensor %s: expected shape %s, found %s",
                        dsr1_file_path(m->file), t->name, want, got);
 }
 
-/* A 2-D weight [rows, cols] named name. */
-static int get_mat(dsr1_model *m, const char *name, int64_t rows, int64_t cols, dsr1_wmat *w,
+/* Every tensor a model uses passes here, by one rule (issue: the MTP
+ * layer's embedding was once taken unchecked): the name exists, the shape
+ * is what the config says, the type is one a backend multiplies (a vector:
+ * a float type), and payload and scales have exactly the sizes the type
+ * rules give and lie inside the file's mapping. */
+static int check_tensor(dsr1_model *m, const char *name, want_kind kind, int ndim,
+                        const int64_t *dims, const dsr1_tensor **out, dsr1_error *err)
+{
+    const char *path = dsr1_file_path(m->file);
+    const dsr1_tensor *t;
+    DSR1_TRY(find(m, name, &t, err));
+    int same = t->ndim == ndim;
+    for (int i = 0; same && i < ndim; i++) same = t->dims[i] == dims[i];
+    if (!same) return bad_shape(m, t, ndim, dims, err);
+    int float_type = t->type == DSR1_T_F32 || t->type == DSR1_T_BF16 || t->type == DSR1_T_F16;
+    if (kind == WANT_VECTOR ? !float_type : (t->type == DSR1_T_BLOB || t->type >= DSR1_T_COUNT))
+        return dsr1_errorf(err, DSR1_EUNSUPPORTED, "%s: tensor %s: expected a %s, found type %s",
+                           path, name, kind == WANT_VECTOR ? "float vector" : "weight matrix",
+                           dsr1_type_name(t->type));
+    uint64_t size = dsr1_type_payload_size(t->type, t->ndim, t->dims);
+    uint64_t ssize = dsr1_type_scale_size(t->type, t->scale_type, t->group, t->ndim, t->dims);
+    int scaled = t->type == DSR1_T_FP8_E4M3 || t->type == DSR1_T_INT8 || t->type == DSR1_T_INT4;
+    if (!size || size != t->size || (scaled && (!ssize || ssize != t->scale_size || !t->scale)) ||
+        !dsr1_file_contains(m->file, t->data, t->size) ||
+        (t->scale && !dsr1_file_contains(m->file, t->scale, t->scale_size)))
+        return dsr1_errorf(err, DSR1_EFORMAT, "%s: tensor %s: expected %llu payload bytes and %llu "
+                           "scale bytes inside the file, found %llu and %llu", path, name,
+                           (unsigned long long)size, (unsigned long long)ssize,
+                           (unsigned long long)t->size, (unsigned long long)t->scale_size);
+    *out = t;
+    return 0;
+}
+
+/* A 2-D weight [rows, cols] named name, loaded. */
+static int get_mat(dsr1_model *m, const char *name, int64_t rows, int64_t cols, dsr1_mw *w,
                    dsr1_error *err)
 {
     const dsr1_tensor *t;
-    DSR1_TRY(find(m, name, &t, err));
-    if (t->ndim != 2 || t->dims[0] != rows || t->dims[1] != cols || t->type == DSR1_T_BLOB) {
-        char want[64];
-        snprintf(want, sizeof want, "[%lld, %lld]", (long long)rows, (long long)cols);
-        return bad_shape(m, t, want, err);
-    }
-    *w = dsr1_wmat_of(t, 0);
-    return 0;
+    int64_t dims[2] = {rows, cols};
+    DSR1_TRY(check_tensor(m, name, WANT_MATRIX, 2, dims, &t, err));
+    w->d = dsr1_wdesc_of(t, DSR1_W_MATRIX);
+    return dsr1_model_load_weight(m, w, err);
 }
 
-/* A 3-D expert stack [E, rows, cols]. */
-static int get_stack(dsr1_model *m, const char *name, int64_t e, int64_t rows, int64_t cols,
-                     const dsr1_tensor **out, dsr1_error *err)
+/* An embedding table [vocab, hidden] (gathered by token id), loaded. */
+static int get_embed(dsr1_model *m, const char *name, dsr1_mw *w, dsr1_error *err)
 {
-    DSR1_TRY(find(m, name, out, err));
-    const dsr1_tensor *t = *out;
-    if (t->ndim != 3 || t->dims[0] != e || t->dims[1] != rows || t->dims[2] != cols) {
-        char want[80];
-        snprintf(want, sizeof want, "[%lld, %lld, %lld]", (long long)e, (long long)rows,
-                 (long long)cols);
-        return bad_shape(m, t, want, err);
-    }
-    return 0;
+    const dsr1_tensor *t;
+    int64_t dims[2] = {m->cfg.vocab_size, m->cfg.hidden_size};
+    DSR1_TRY(check_tensor(m, name, WANT_MATRIX, 2, dims, &t, err));
+    w->d = dsr1_wdesc_of(t, DSR1_W_EMBED);
+    return dsr1_model_load_weight(m, w, err);
+}
+
+/* A 3-D expert stack [E, rows, cols], loaded. */
+static int get_stack(dsr1_model *m, const char *name, int64_t e, int64_t rows, int64_t cols,
+                     dsr1_mw *w, dsr1_error *err)
+{
+    const dsr1_tensor *t;
+    int64_t dims[3] = {e, rows, cols};
+    DSR1_TRY(check_tensor(m, name, WANT_MATRIX, 3, dims, &t, err));
+    w->d = dsr1_wdesc_of(t, DSR1_W_EXPERTS);
+    return dsr1_model_load_weight(m, w, err);
+}
+
+/* A float32 vector [1, n] over data (owned by the model or the mapping), loaded. */
+static int put_vec(dsr1_model *m, const char *name, const float *data, int64_t n, dsr1_mw *w,
+                   dsr1_error *err)
+{
+    w->d = (dsr1_wdesc){.name = name, .role = DSR1_W_VECTOR, .count = 1,
+                        .mat = {.type = DSR1_T_F32, .rows = 1, .cols = n, .data = data}};
+    return dsr1_model_load_weight(m, w, err);
 }
 
 /* A 1-D vector of n floats (converted to float32 when stored otherwise). */
-static int get_vec(dsr1_model *m, const char *name, int64_t n, const float **out, dsr1_error *err)
+static int get_vec(dsr1_model *m, const char *name, int64_t n, dsr1_mw *w, dsr1_error *err)
 {
     const dsr1_tensor *t;
-    DSR1_TRY(find(m, name, &t, err));
-    if (t->ndim != 1 || t->dims[0] != n) {
-        char want[32];
-        snprintf(want, sizeof want, "[%lld]", (long long)n);
-        return bad_shape(m, t, want, err);
-    }
-    if (t->type == DSR1_T_F32) {
-        *out = t->data;
-        return 0;
-    }
-    if (t->type != DSR1_T_BF16 && t->type != DSR1_T_F16)
-        return dsr1_errorf(err, DSR1_EUNSUPPORTED, "%s: tensor %s: vector of type %s",
-                           dsr1_file_path(m->file), name, dsr1_type_name(t->type));
+    DSR1_TRY(check_tensor(m, name, WANT_VECTOR, 1, &n, &t, err));
+    if (t->type == DSR1_T_F32) return put_vec(m, t->name, t->data, n, w, err);
     float *v = malloc((size_t)n * sizeof *v);
     DSR1_TRY(dsr1_model_own(m, v, err));
     const uint16_t *h = t->data;
     for (int64_t i = 0; i < n; i++)
         v[i] = t->type == DSR1_T_BF16 ? dsr1_bf16_to_f32(h[i]) : dsr1_f16_to_f32(h[i]);
-    *out = v;
-    return 0;
+    return put_vec(m, t->name, v, n, w, err);
 }
 
 /* ---- layers ------------------------------------------------------------- */
 
-static int load_attention(dsr1_model *m, int l, dsr1_layer_weights *L, dsr1_pool *pool,
-                          dsr1_error *err)
+static int load_attention(dsr1_model *m, int l, dsr1_layer_weights *L, dsr1_error *err)
 {
     const dsr1_config *c = &m->cfg;
     char n[160];
@@ -143,10 +189,13 @@ static int load_attention(dsr1_model *m, int l, dsr1_layer_weights *L, dsr1_pool
     DSR1_TRY(get_mat(m, NAME("self_attn.kv_a_proj_with_mqa.weight"), r + c->qk_rope_head_dim, D,
                      &L->kv_a, err));
     DSR1_TRY(get_vec(m, NAME("self_attn.kv_a_layernorm.weight"), r, &L->kv_a_norm, err));
-    dsr1_wmat kvb;
-    DSR1_TRY(get_mat(m, NAME("self_attn.kv_b_proj.weight"),
-                     H * (c->qk_nope_head_dim + c->v_head_dim), r, &kvb, err));
-    DSR1_TRY(dsr1_model_derive_kv_b(m, L, &kvb, pool, err));
+    const dsr1_tensor *t;
+    int64_t kvb_dims[2] = {H * (c->qk_nope_head_dim + c->v_head_dim), r};
+    DSR1_TRY(check_tensor(m, NAME("self_attn.kv_b_proj.weight"), WANT_MATRIX, 2, kvb_dims, &t, err));
+    dsr1_wmat kvb = dsr1_wmat_of(t, 0);
+    DSR1_TRY(dsr1_model_derive_kv_b(m, L, &kvb, err));
+    DSR1_TRY(dsr1_model_load_weight(m, &L->wk_t, err));
+    DSR1_TRY(dsr1_model_load_weight(m, &L->wv, err));
     DSR1_TRY(get_mat(m, NAME("self_attn.o_proj.weight"), D, H * c->v_head_dim, &L->o, err));
     return 0;
 }
@@ -166,21 +215,23 @@ static int load_ffn(dsr1_model *m, int l, dsr1_layer_weights *L, dsr1_error *err
         DSR1_TRY(get_mat(m, NAME("mlp.down_proj.weight"), D, F, &L->down, err));
         return 0;
     }
-    dsr1_moe_weights *w = &L->moe;
-    DSR1_TRY(get_mat(m, NAME("mlp.gate.weight"), E, D, &w->router, err));
-    w->bias = NULL;
+    DSR1_TRY(get_mat(m, NAME("mlp.gate.weight"), E, D, &L->router, err));
     if (c->topk_method == DSR1_TOPK_NOAUX_TC)
-        DSR1_TRY(get_vec(m, NAME("mlp.gate.e_score_correction_bias"), E, &w->bias, err));
-    DSR1_TRY(get_stack(m, NAME("mlp.experts.gate_proj.weight"), E, I, D, &w->gate, err));
-    DSR1_TRY(get_stack(m, NAME("mlp.experts.up_proj.weight"), E, I, D, &w->up, err));
-    DSR1_TRY(get_stack(m, NAME("mlp.experts.down_proj.weight"), E, D, I, &w->down, err));
-    w->has_shared = c->n_shared_experts > 0;
-    if (w->has_shared) {
+        DSR1_TRY(get_vec(m, NAME("mlp.gate.e_score_correction_bias"), E, &L->bias, err));
+    DSR1_TRY(get_stack(m, NAME("mlp.experts.gate_proj.weight"), E, I, D, &L->e_gate, err));
+    DSR1_TRY(get_stack(m, NAME("mlp.experts.up_proj.weight"), E, I, D, &L->e_up, err));
+    DSR1_TRY(get_stack(m, NAME("mlp.experts.down_proj.weight"), E, D, I, &L->e_down, err));
+    int shared = c->n_shared_experts > 0;
+    if (shared) {
         int64_t S = I * c->n_shared_experts;
-        DSR1_TRY(get_mat(m, NAME("mlp.shared_experts.gate_proj.weight"), S, D, &w->sh_gate, err));
-        DSR1_TRY(get_mat(m, NAME("mlp.shared_experts.up_proj.weight"), S, D, &w->sh_up, err));
-        DSR1_TRY(get_mat(m, NAME("mlp.shared_experts.down_proj.weight"), D, S, &w->sh_down, err));
+        DSR1_TRY(get_mat(m, NAME("mlp.shared_experts.gate_proj.weight"), S, D, &L->sh_gate, err));
+        DSR1_TRY(get_mat(m, NAME("mlp.shared_experts.up_proj.weight"), S, D, &L->sh_up, err));
+        DSR1_TRY(get_mat(m, NAME("mlp.shared_experts.down_proj.weight"), D, S, &L->sh_down, err));
     }
+    L->moe = (dsr1_moe_weights){.router = L->router.h, .bias = L->bias.h, .gate = L->e_gate.h,
+                                .up = L->e_up.h, .down = L->e_down.h, .has_shared = shared,
+                                .sh_gate = L->sh_gate.h, .sh_up = L->sh_up.h,
+                                .sh_down = L->sh_down.h};
     return 0;
 }
 
@@ -195,8 +246,10 @@ static int load_mtp(dsr1_model *m, int l, dsr1_layer_weights *L, dsr1_error *err
     DSR1_TRY(get_vec(m, NAME("hnorm.weight"), D, &L->hnorm, err));
     DSR1_TRY(get_vec(m, NAME("shared_head.norm.weight"), D, &L->head_norm, err));
     DSR1_TRY(get_mat(m, NAME("eh_proj.weight"), D, 2 * D, &L->eh_proj, err));
-    L->mtp_embed = dsr1_file_find(m->file, NAME("embed_tokens.weight"));
-    if (!L->mtp_embed) L->mtp_embed = m->embed;
+    if (dsr1_file_find(m->file, NAME("embed_tokens.weight")))
+        DSR1_TRY(get_embed(m, n, &L->mtp_embed, err));
+    else
+        L->mtp_embed = m->embed;
     if (dsr1_file_find(m->file, NAME("shared_head.head.weight")))
         DSR1_TRY(get_mat(m, n, V, D, &L->head, err));
     else
@@ -214,19 +267,13 @@ static int load_layers(dsr1_model *m, dsr1_error *err)
     m->n_layers = c->num_hidden_layers + m->n_mtp;
     m->layers = calloc((size_t)m->n_layers, sizeof *m->layers);
     DSR1_TRY(dsr1_model_own(m, m->layers, err));
-    /* Threads for the derived kv_b parts (load-time CPU work whatever the
-     * backend); freed before the backend starts its own. */
-    dsr1_pool *pool = NULL;
-    DSR1_TRY(dsr1_pool_create(&pool, m->threads, err));
-    int rc = 0;
-    for (int l = 0; l < m->n_layers && !rc; l++) {
+    for (int l = 0; l < m->n_layers; l++) {
         if (m->progress) m->progress((double)l / m->n_layers, "layers", m->progress_ctx);
-        rc = load_attention(m, l, &m->layers[l], pool, err);
-        if (!rc) rc = load_ffn(m, l, &m->layers[l], err);
-        if (!rc && l >= c->num_hidden_layers) rc = load_mtp(m, l, &m->layers[l], err);
+        DSR1_TRY(load_attention(m, l, &m->layers[l], err));
+        DSR1_TRY(load_ffn(m, l, &m->layers[l], err));
+        if (l >= c->num_hidden_layers) DSR1_TRY(load_mtp(m, l, &m->layers[l], err));
     }
-    dsr1_pool_free(pool);
-    return rc;
+    return 0;
 }
 
 /* ---- metadata, tokenizer, template ---------------------------------------- */
@@ -279,13 +326,29 @@ static int load_tokenizer(dsr1_model *m, dsr1_error *err)
 static const char *act_label(const dsr1_model *m)
 {
     if (m->compute == DSR1_COMPUTE_F32) return "f32 compute";
-    if (m->layers[0].kv_a.type == DSR1_T_INT8) return "w8a8 int8 compute (bf16 on bf16 tensors)";
+    if (m->layers[0].kv_a.d.mat.type == DSR1_T_INT8) return "w8a8 int8 compute (bf16 on bf16 tensors)";
     return "bf16 compute";
+}
+
+typedef struct verify_cb {
+    const dsr1_model_options *o;
+} verify_cb;
+
+static void verify_progress(uint64_t done, uint64_t total, void *ctx)
+{
+    const verify_cb *v = ctx;
+    if (v->o->progress)
+        v->o->progress(total ? (double)done / (double)total : 1.0, "verifying hashes",
+                       v->o->progress_ctx);
 }
 
 static int load(dsr1_model *m, const char *path, const dsr1_model_options *o, dsr1_error *err)
 {
     DSR1_TRY(dsr1_file_open(&m->file, path, err));
+    if (o && o->verify) { /* payload hashes: only on request (reads the whole file) */
+        verify_cb v = {o};
+        DSR1_TRY(dsr1_file_verify(m->file, verify_progress, &v, err));
+    }
     DSR1_TRY(load_config(m, err));
     const dsr1_config *c = &m->cfg;
     /* Limits of fixed-size scratch in rope/routing (far above any release). */
@@ -294,24 +357,24 @@ static int load(dsr1_model *m, const char *path, const dsr1_model_options *o, ds
         return dsr1_errorf(err, DSR1_EUNSUPPORTED, "%s: qk_rope_head_dim %d, n_routed_experts %d "
                            "or n_group %d beyond what dsr1 supports (512, 1024, 256)", path,
                            c->qk_rope_head_dim, c->n_routed_experts, c->n_group);
-    m->embed = dsr1_file_find(m->file, "model.embed_tokens.weight");
-    if (!m->embed || m->embed->ndim != 2 || m->embed->dims[0] != c->vocab_size ||
-        m->embed->dims[1] != c->hidden_size)
-        return dsr1_errorf(err, DSR1_EFORMAT, "%s: tensor model.embed_tokens.weight missing or "
-                           "not [%d, %d]", path, c->vocab_size, c->hidden_size);
+    /* The backend first: each weight is handed to it once as it is found. */
+    DSR1_TRY(dsr1_backend_find(o ? o->backend : NULL, &m->be, m->backend_why,
+                               sizeof m->backend_why, err));
+    dsr1_backend_options bo = {.threads = m->threads, .device = 0};
+    DSR1_TRY(m->be->create(&bo, &m->dev, err));
+    DSR1_TRY(get_embed(m, "model.embed_tokens.weight", &m->embed, err));
     DSR1_TRY(get_vec(m, "model.norm.weight", c->hidden_size, &m->norm, err));
     const char *head = dsr1_file_find(m->file, "lm_head.weight") || !c->tie_word_embeddings
                            ? "lm_head.weight" : "model.embed_tokens.weight";
     DSR1_TRY(get_mat(m, head, c->vocab_size, c->hidden_size, &m->lm_head, err));
+    dsr1_rope_freqs(c, m->freqs);
+    DSR1_TRY(put_vec(m, "rope frequencies", m->freqs, c->qk_rope_head_dim / 2, &m->freqs_w, err));
     DSR1_TRY(load_layers(m, err));
     DSR1_TRY(load_tokenizer(m, err));
-    dsr1_rope_freqs(c, m->freqs);
     m->softmax_scale = dsr1_rope_softmax_scale(c);
     dsr1_moe_params_of(c, &m->moe);
-    DSR1_TRY(dsr1_backend_find(o ? o->backend : NULL, &m->be, err));
-    DSR1_TRY(m->be->create(&m->dev, m->threads, err));
     snprintf(m->describe, sizeof m->describe, "%s, %s weights, %s, %d layers%s",
-             m->be->describe(m->dev), dsr1_type_name(m->layers[0].kv_a.type), act_label(m),
+             m->be->describe(m->dev), dsr1_type_name(m->layers[0].kv_a.d.mat.type), act_label(m),
              c->num_hidden_layers, m->n_mtp ? " + MTP" : "");
     return 0;
 }
@@ -354,12 +417,26 @@ const dsr1_config *dsr1_model_config(const dsr1_model *m) { return &m->cfg; }
 const dsr1_tokenizer *dsr1_model_tokenizer(const dsr1_model *m) { return m->tok; }
 const char *dsr1_model_chat_template(const dsr1_model *m) { return m->chat_template; }
 const char *dsr1_model_describe(const dsr1_model *m) { return m->describe; }
+const char *dsr1_model_backend_choice(const dsr1_model *m) { return m->backend_why; }
+int dsr1_model_has_mtp(const dsr1_model *m) { return m->n_mtp > 0; }
 
-static uint64_t mat_bytes(const dsr1_wmat *w)
+int dsr1_backends(dsr1_backend_info *out, int max)
 {
-    if (!w->data) return 0;
-    int64_t dims[2] = {w->rows, w->cols};
-    return dsr1_type_payload_size(w->type, 2, dims);
+    dsr1_backend_status st[8];
+    int n = dsr1_backend_list(st, max < 8 ? max : 8);
+    for (int i = 0; i < n; i++) {
+        out[i].name = st[i].name;
+        out[i].available = st[i].available;
+        snprintf(out[i].why, sizeof out[i].why, "%s", st[i].why);
+    }
+    return n;
+}
+
+static uint64_t mat_bytes(const dsr1_mw *w)
+{
+    if (!w->d.mat.data) return 0;
+    int64_t dims[2] = {w->d.mat.rows, w->d.mat.cols};
+    return dsr1_type_payload_size(w->d.mat.type, 2, dims) * (uint64_t)w->d.count;
 }
 
 uint64_t dsr1_model_active_weight_bytes(const dsr1_model *m)
@@ -369,17 +446,16 @@ uint64_t dsr1_model_active_weight_bytes(const dsr1_model *m)
     for (int l = 0; l < c->num_hidden_layers; l++) {
         const dsr1_layer_weights *L = &m->layers[l];
         b += mat_bytes(&L->q_a) + mat_bytes(&L->q_b) + mat_bytes(&L->q) + mat_bytes(&L->kv_a) +
-             mat_bytes(&L->o);
-        for (int h = 0; h < c->num_attention_heads; h++)
-            b += mat_bytes(&L->wk_t[h]) + mat_bytes(&L->wv[h]);
+             mat_bytes(&L->o) + mat_bytes(&L->wk_t) + mat_bytes(&L->wv);
         if (!L->is_moe) {
             b += mat_bytes(&L->gate) + mat_bytes(&L->up) + mat_bytes(&L->down);
             continue;
         }
-        const dsr1_moe_weights *w = &L->moe;
-        uint64_t per = (w->gate->size + w->up->size + w->down->size) / (uint64_t)c->n_routed_experts;
-        b += mat_bytes(&w->router) + per * (uint64_t)c->num_experts_per_tok;
-        if (w->has_shared) b += mat_bytes(&w->sh_gate) + mat_bytes(&w->sh_up) + mat_bytes(&w->sh_down);
+        uint64_t per = (mat_bytes(&L->e_gate) + mat_bytes(&L->e_up) + mat_bytes(&L->e_down)) /
+                       (uint64_t)c->n_routed_experts;
+        b += mat_bytes(&L->router) + per * (uint64_t)c->num_experts_per_tok;
+        if (c->n_shared_experts > 0)
+            b += mat_bytes(&L->sh_gate) + mat_bytes(&L->sh_up) + mat_bytes(&L->sh_down);
     }
     return b;
 }

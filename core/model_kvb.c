@@ -16,8 +16,11 @@
  * reads half of what bf16 copies cost (R1: 1 GB less per token over 61
  * layers) and in the float32 path the kernels dequantise them to the same
  * values the float32 copies held, so results there do not change.
- * The copies are made over the load pool's threads (R1: 61 layers x 16.8M
- * values). Every buffer is owned by the model (dsr1_model_own).
+ * The copies are made over load threads (core/par.h; R1: 61 layers x 16.8M
+ * values). Every buffer is owned by the model (dsr1_model_own). Both parts
+ * are described as stacks of n_heads matrices with a fixed stride (views
+ * step through kv_b_proj by whole heads), which the caller loads into the
+ * backend like any other weight.
  */
 #include "model.h"
 
@@ -25,6 +28,7 @@
 #include <string.h>
 
 #include "numeric.h"
+#include "par.h"
 
 /* Rows [r0, r0 + n) of w as a matrix of its own, sharing w's data and
  * scales; 0 when w's scales do not split at r0 (FP8 blocks). */
@@ -151,22 +155,41 @@ static void describe_head(const kvb_job *j, int h, dsr1_wmat *wk, dsr1_wmat *wv)
         (void)row_slice(j->kvb, (int64_t)h * (j->nope + j->vd) + j->nope, j->vd, wv);
 }
 
+/* Byte distance from matrix a to matrix b (0 when both are NULL). */
+static size_t gap(const void *a, const void *b)
+{
+    return a && b ? (size_t)((const uint8_t *)b - (const uint8_t *)a) : 0;
+}
+
+static void as_stack(const char *name, const dsr1_wmat *h0, const dsr1_wmat *h1, int H,
+                     dsr1_wdesc *d)
+{
+    *d = (dsr1_wdesc){.name = name, .role = DSR1_W_MATRIX, .mat = *h0, .count = H};
+    if (H > 1) {
+        d->stride = gap(h0->data, h1->data);
+        d->scale_stride = gap(h0->scale, h1->scale);
+    }
+}
+
 int dsr1_model_derive_kv_b(dsr1_model *m, dsr1_layer_weights *L, const dsr1_wmat *kvb,
-                           dsr1_pool *pool, dsr1_error *err)
+                           dsr1_error *err)
 {
     const dsr1_config *c = &m->cfg;
-    int nt = dsr1_pool_size(pool);
     kvb_job j = {.kvb = kvb, .H = c->num_attention_heads, .nope = c->qk_nope_head_dim,
                  .vd = c->v_head_dim, .r = c->kv_lora_rank};
-    if (!(L->wk_t = owned(m, (size_t)j.H * sizeof *L->wk_t, err))) return err->code;
-    if (!(L->wv = owned(m, (size_t)j.H * sizeof *L->wv, err))) return err->code;
+    int nt = dsr1_par_threads(m->threads);
+    if (nt > j.H) nt = j.H;
     DSR1_TRY(plan(m, &j, err));
     if (j.copy_k || j.copy_v || j.k8) {
         j.rows = malloc((size_t)nt * (size_t)j.r * sizeof *j.rows);
         if (!j.rows) return dsr1_errorf(err, DSR1_ENOMEM, "kv_b_proj: out of memory");
-        dsr1_pool_run(pool, kvb_task, &j, nt);
+        dsr1_par_run(kvb_task, &j, nt);
         free(j.rows);
     }
-    for (int h = 0; h < j.H; h++) describe_head(&j, h, &L->wk_t[h], &L->wv[h]);
+    dsr1_wmat k0, v0, k1 = {0}, v1 = {0};
+    describe_head(&j, 0, &k0, &v0);
+    if (j.H > 1) describe_head(&j, 1, &k1, &v1);
+    as_stack("kv_b_proj (key part, transposed)", &k0, &k1, j.H, &L->wk_t.d);
+    as_stack("kv_b_proj (value part)", &v0, &v1, j.H, &L->wv.d);
     return 0;
 }

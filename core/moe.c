@@ -79,10 +79,18 @@ static void limit_groups(const dsr1_moe_params *p, const float *choice, int with
     for (int e = 0; e < p->n_experts; e++) excl[e] = !keep[e / per];
 }
 
-void dsr1_moe_route(const dsr1_moe_params *p, const float *logits, const float *bias,
-                    int32_t *idx, float *w, float *scratch)
+int dsr1_moe_route(const dsr1_moe_params *p, const float *logits, const float *bias,
+                   int32_t *idx, float *w, float *scratch)
 {
     int n = p->n_experts;
+    for (int e = 0; e < n; e++)
+        if (!isfinite(logits[e]) || (bias && !isfinite(bias[e]))) {
+            for (int k = 0; k < p->topk; k++) {
+                idx[k] = -1;
+                w[k] = NAN;
+            }
+            return DSR1_ERANGE;
+        }
     float *scores = scratch, *choice = scratch + n, *gscore = scratch + 2 * n;
     if (p->scoring == DSR1_SCORE_SIGMOID) {
         for (int e = 0; e < n; e++) scores[e] = 1.0f / (1.0f + expf(-logits[e]));
@@ -102,7 +110,13 @@ void dsr1_moe_route(const dsr1_moe_params *p, const float *logits, const float *
     double sum = 0;
     for (int k = 0; k < p->topk; k++) {
         int e = argmax_unmasked(choice, excl, n);
-        DSR1_ASSERT(e >= 0);
+        if (e < 0) { /* only NaN choices left (a NaN made inside the scores) */
+            for (int i = 0; i < p->topk; i++) {
+                idx[i] = -1;
+                w[i] = NAN;
+            }
+            return DSR1_ERANGE;
+        }
         excl[e] = 1;
         idx[k] = e;
         w[k] = scores[e];
@@ -118,4 +132,5 @@ void dsr1_moe_route(const dsr1_moe_params *p, const float *logits, const float *
     } else {
         for (int k = 0; k < p->topk; k++) w[k] *= scale;
     }
+    return 0;
 }

@@ -18,12 +18,14 @@
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
-#include "convert/dsr1file.h"
+#include "core/dsr1file.h"
 #include "tokenizer_internal.h"
 #include "unicode.h"
 
@@ -376,7 +378,14 @@ static int load_merges(dsr1_tokenizer *tk, const cJSON *merges, const char *what
     tk->merge_mask = slots - 1;
     tk->merges = malloc(slots * sizeof *tk->merges);
     tk->merge_id = malloc((n + 1) * sizeof *tk->merge_id);
-    char *cat = malloc(2 * tk->max_token_bytes + 8 + tk->spell_off[tk->n_ids]);
+    /* A merge's result is a vocabulary spelling, so no longer than the
+     * longest one; a longer "a b" cannot name a token and is refused before
+     * anything is copied (the strings come from the file, unchecked). */
+    size_t longest = 0;
+    for (size_t id = 0; id < tk->n_ids; id++)
+        if (tk->spell_off[id + 1] - tk->spell_off[id] > longest)
+            longest = tk->spell_off[id + 1] - tk->spell_off[id];
+    char *cat = malloc(longest + 1);
     if (!tk->merges || !tk->merge_id || !cat) {
         free(cat);
         return dsr1_errorf(err, DSR1_ENOMEM, "%s: out of memory for merges", what);
@@ -392,13 +401,17 @@ static int load_merges(dsr1_tokenizer *tk, const cJSON *merges, const char *what
             rc = dsr1_errorf(err, DSR1_EFORMAT, "%s: model.merges[%d]: expected \"a b\"", what, rank);
             break;
         }
-        memcpy(cat, a, na);
-        memcpy(cat + na, b, nb);
-        int32_t ia = vocab_lookup(tk, a, na), ib = vocab_lookup(tk, b, nb);
-        int32_t ic = vocab_lookup(tk, cat, na + nb);
+        int32_t ia = vocab_lookup(tk, a, na), ib = vocab_lookup(tk, b, nb), ic = -1;
+        if (ia >= 0 && ib >= 0 && na + nb <= longest) {
+            memcpy(cat, a, na);
+            memcpy(cat + na, b, nb);
+            ic = vocab_lookup(tk, cat, na + nb);
+        }
         if (ia < 0 || ib < 0 || ic < 0) {
-            rc = dsr1_errorf(err, DSR1_EFORMAT, "%s: model.merges[%d]: \"%.*s %.*s\" uses a token "
-                             "missing from the vocabulary", what, rank, (int)na, a, (int)nb, b);
+            rc = dsr1_errorf(err, DSR1_EFORMAT, "%s: model.merges[%d]: \"%.*s %.*s\"%s uses a "
+                             "token missing from the vocabulary", what, rank,
+                             (int)(na < 40 ? na : 40), a, (int)(nb < 40 ? nb : 40), b,
+                             na > 40 || nb > 40 ? " (cut)" : "");
             break;
         }
         uint64_t key = tk_merge_key(ia, ib);
@@ -444,7 +457,14 @@ int dsr1_tokenizer_create(dsr1_tokenizer **out, const char *json, size_t len, co
 {
     *out = NULL;
     if (!what) what = "tokenizer.json";
+    /* cJSON returns NULL for a syntax error and for a failed allocation
+     * alike; glibc's malloc sets ENOMEM, cJSON's parser sets nothing else
+     * to it, so errno tells the two apart. */
+    errno = 0;
     cJSON *root = cJSON_ParseWithLength(json, len);
+    if (!root && errno == ENOMEM)
+        return dsr1_errorf(err, DSR1_ENOMEM, "%s: out of memory parsing %zu bytes of JSON",
+                           what, len);
     if (!root) {
         const char *at = cJSON_GetErrorPtr();
         long off = at && at >= json && at <= json + len ? (long)(at - json) : -1;
@@ -479,11 +499,38 @@ void dsr1_tokenizer_free(dsr1_tokenizer *tk)
     free(tk);
 }
 
+/* Open path for reading without blocking on a FIFO, and refuse anything
+ * but a regular file (a FIFO or device would hang or never end). */
+static FILE *open_regular(const char *path, dsr1_error *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    struct stat st;
+    if (fd < 0) {
+        dsr1_errorf(err, errno == ENOENT ? DSR1_ENOTFOUND : DSR1_EIO, "%s: %s", path,
+                    strerror(errno));
+        return NULL;
+    }
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        close(fd);
+        dsr1_errorf(err, DSR1_EIO, "%s: not a regular file", path);
+        return NULL;
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        dsr1_errorf(err, DSR1_ENOMEM, "%s: out of memory", path);
+    }
+    return f;
+}
+
 static int read_file(const char *path, char **buf, size_t *len, dsr1_error *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return dsr1_errorf(err, errno == ENOENT ? DSR1_ENOTFOUND : DSR1_EIO, "%s: %s", path,
-                               strerror(errno));
+    dsr1_error local = {0};
+    FILE *f = open_regular(path, &local);
+    if (!f) {
+        if (err) *err = local;
+        return local.code;
+    }
     size_t cap = 1 << 20, n = 0;
     char *b = malloc(cap);
     size_t r;
@@ -539,9 +586,12 @@ int dsr1_tokenizer_open(dsr1_tokenizer **out, const char *path, dsr1_error *err)
     /* Peek at the magic first: a packed model may be hundreds of GB and is
      * mapped, never read. */
     char magic[8] = {0};
-    FILE *f = fopen(path, "rb");
-    if (!f) return dsr1_errorf(err, errno == ENOENT ? DSR1_ENOTFOUND : DSR1_EIO, "%s: %s", path,
-                               strerror(errno));
+    dsr1_error local = {0};
+    FILE *f = open_regular(path, &local);
+    if (!f) {
+        if (err) *err = local;
+        return local.code;
+    }
     size_t got = fread(magic, 1, sizeof magic, f);
     fclose(f);
     if (got == sizeof magic && !memcmp(magic, DSR1_FILE_MAGIC, 8)) return open_dsr1(out, path, err);

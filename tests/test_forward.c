@@ -16,6 +16,7 @@
 #include "core/moe.h"
 #include "core/numeric.h"
 #include "core/rope.h"
+#include "be_util.h"
 #include "test.h"
 
 const char *dsr1_test_tiny_model(void);
@@ -151,47 +152,40 @@ static float frand(unsigned *s)
     return (float)((*s >> 8) & 0xffff) / 32768.0f - 1.0f;
 }
 
-typedef struct cpu_fixture {
-    const dsr1_backend_ops *be;
-    void *dev, *ws;
-} cpu_fixture;
-
-static int cpu_open(dsr1_test_ctx *t, cpu_fixture *f, int threads, int ctx)
+static int cpu_open(dsr1_test_ctx *t, tbe *f, int threads, int ctx)
 {
     dsr1_error err;
-    f->be = dsr1_backend_cpu();
-    f->dev = f->ws = NULL;
-    CHECK_OK(f->be->create(&f->dev, threads, &err), &err);
-    if (!f->dev) return -1;
     dsr1_ws_sizes s = {.max_tokens = 8, .hidden = 64, .inter = 64, .n_heads = 4,
                        .kv_lora_rank = 32, .rope_dim = 8, .max_ctx = ctx, .n_experts = 1,
                        .topk = 1, .max_in = 64, .kv_type = DSR1_KV_F32};
-    CHECK_OK(f->be->ws_create(f->dev, &s, &f->ws, &err), &err);
+    CHECK_OK(tbe_open(f, "cpu", threads, &s, &err), &err);
     return f->ws ? 0 : -1;
-}
-
-static void cpu_close(cpu_fixture *f)
-{
-    if (f->ws) f->be->ws_free(f->ws);
-    if (f->dev) f->be->destroy(f->dev);
 }
 
 DSR1_TEST(forward_rmsnorm_op)
 {
-    cpu_fixture f;
+    tbe f;
     if (cpu_open(t, &f, 1, 16)) return;
     unsigned s = 1;
     float x[2 * 40], w[40], y[2 * 40];
     for (int i = 0; i < 80; i++) x[i] = frand(&s) * 3;
     for (int i = 0; i < 40; i++) w[i] = frand(&s) + 1;
-    f.be->rmsnorm(f.ws, x, 40, w, 40, 1e-6f, 2, y, 40);
+    dsr1_wmat wm = {.type = DSR1_T_F32, .rows = 1, .cols = 40, .data = w};
+    dsr1_bweight *wh = tbe_load(&f, &wm, 1, 0, 0, DSR1_W_VECTOR);
+    dsr1_view xv = tbe_buf(&f, 80, 40), yv = tbe_buf(&f, 80, 40);
+    REQUIRE(wh && xv.buf && yv.buf);
+    CHECK_EQ_INT(tbe_begin(&f, 2, NULL, NULL), 0);
+    f.be->write(f.ws, x, 40, 2, 40, xv);
+    f.be->rmsnorm(f.ws, xv, wh, 40, 1e-6f, 2, yv);
+    f.be->read(f.ws, yv, 2, 40, y, 40);
+    CHECK_EQ_INT(tbe_end(&f), 0);
     for (int r = 0; r < 2; r++) {
         double ss = 0;
         for (int i = 0; i < 40; i++) ss += (double)x[r * 40 + i] * x[r * 40 + i];
         double k = 1 / sqrt(ss / 40 + 1e-6);
         for (int i = 0; i < 40; i++) CHECK_NEAR(y[r * 40 + i], x[r * 40 + i] * k * w[i], 1e-5);
     }
-    cpu_close(&f);
+    tbe_close(&f);
 }
 
 /* Random per-head key/value parts, a cache with two sequences, queries at
@@ -200,24 +194,28 @@ DSR1_TEST(forward_rmsnorm_op)
 DSR1_TEST(forward_mla_absorbed_vs_naive)
 {
     enum { H = 4, R = 32, NOPE = 16, ROPE = 8, V = 16, N = 5, CTX = 20 };
-    cpu_fixture f;
+    tbe f;
     if (cpu_open(t, &f, 2, CTX)) return;
     unsigned s = 42;
     static float wk[H][R * NOPE], wv[H][V * R], q[N * H * (NOPE + ROPE)];
-    dsr1_wmat wk_t[H], wvm[H];
     for (int h = 0; h < H; h++) {
         for (int i = 0; i < R * NOPE; i++) wk[h][i] = frand(&s) * 0.3f;
         for (int i = 0; i < V * R; i++) wv[h][i] = frand(&s) * 0.3f;
-        wk_t[h] = (dsr1_wmat){.type = DSR1_T_F32, .rows = R, .cols = NOPE, .data = wk[h]};
-        wvm[h] = (dsr1_wmat){.type = DSR1_T_F32, .rows = V, .cols = R, .data = wv[h]};
     }
+    dsr1_wdesc wk_d = {.mat = {.type = DSR1_T_F32, .rows = R, .cols = NOPE, .data = wk[0]},
+                       .count = H, .stride = sizeof wk[0]};
+    dsr1_wdesc wv_d = {.mat = {.type = DSR1_T_F32, .rows = V, .cols = R, .data = wv[0]},
+                       .count = H, .stride = sizeof wv[0]};
+    dsr1_bweight *wk_h = tbe_load(&f, &wk_d.mat, H, wk_d.stride, 0, DSR1_W_MATRIX);
+    dsr1_bweight *wv_h = tbe_load(&f, &wv_d.mat, H, wv_d.stride, 0, DSR1_W_MATRIX);
     for (int i = 0; i < N * H * (NOPE + ROPE); i++) q[i] = frand(&s);
     dsr1_kvcache_options ko = {.type = DSR1_KV_F32, .n_layers = 2, .kv_lora_rank = R,
-                               .rope_dim = ROPE, .block = 4, .max_seqs = 2, .ctx = CTX};
+                               .rope_dim = ROPE, .block = 4, .max_seqs = 2, .ctx = CTX,
+                               .be = f.be, .dev = f.dev};
     dsr1_kvcache *kv = NULL;
     dsr1_error err;
     CHECK_OK(dsr1_kvcache_create(&kv, &ko, &err), &err);
-    REQUIRE(kv);
+    REQUIRE(kv && wk_h && wv_h);
     int a, b;
     dsr1_kvcache_seq_alloc(kv, &a, &err);
     dsr1_kvcache_seq_alloc(kv, &b, &err);
@@ -233,11 +231,19 @@ DSR1_TEST(forward_mla_absorbed_vs_naive)
         }
     int32_t seq[N] = {a, b, a, a, b}, pos[N] = {12, 5, 0, 7, 2};
     float got[N * H * V], want[N * H * V];
+    dsr1_view qv = tbe_buf(&f, N * H * (NOPE + ROPE), H * (NOPE + ROPE));
+    dsr1_view ov = tbe_buf(&f, N * H * V, H * V);
     dsr1_mla_args args = {.n = N, .n_heads = H, .qk_nope = NOPE, .rope_dim = ROPE, .v_dim = V,
-                          .kv_lora_rank = R, .scale = 0.2f, .q = q, .seq = seq, .pos = pos,
-                          .kv = kv, .layer = 1, .wk_t = wk_t, .wv = wvm, .out = got};
+                          .kv_lora_rank = R, .scale = 0.2f, .q = qv, .layer = 1, .wk_t = wk_h,
+                          .wv = wv_h, .out = ov};
+    dsr1_step st = {.n = N, .pos = pos, .seq = seq};
+    dsr1_kvcache_step(kv, &st);
+    CHECK_OK(f.be->step_begin(f.ws, &st, &err), &err);
+    f.be->write(f.ws, q, H * (NOPE + ROPE), N, H * (NOPE + ROPE), qv);
     f.be->mla_attention(f.ws, &args, DSR1_ACT_F32);
-    dsr1_attention_naive(&args, want);
+    f.be->read(f.ws, ov, N, H * V, got, H * V);
+    CHECK_OK(f.be->step_end(f.ws, &err), &err);
+    dsr1_attention_naive(&args, q, seq, pos, kv, &wk_d, &wv_d, want);
     double md = 0;
     for (int i = 0; i < N * H * V; i++) md = fmax(md, fabs((double)got[i] - want[i]));
     CHECKF(md < 2e-5, "absorbed vs naive: max |diff| %g", md);
@@ -250,16 +256,18 @@ DSR1_TEST(forward_mla_absorbed_vs_naive)
         static float one[N * H * V];
         cpu_ws *w = f.ws;
         size_t keep = w->tile_rows;
-        args.out = got;
+        CHECK_OK(f.be->step_begin(f.ws, &st, &err), &err);
         f.be->mla_attention(f.ws, &args, act);
+        f.be->read(f.ws, ov, N, H * V, got, H * V);
         w->tile_rows = H;
-        args.out = one;
         f.be->mla_attention(f.ws, &args, act);
+        f.be->read(f.ws, ov, N, H * V, one, H * V);
         w->tile_rows = keep;
+        CHECK_OK(f.be->step_end(f.ws, &err), &err);
         CHECKF(!memcmp(got, one, sizeof one), "tile split changes the result (mode %d)", mode);
     }
     dsr1_kvcache_free(kv);
-    cpu_close(&f);
+    tbe_close(&f);
 }
 
 /* ---- derived kv_b parts ------------------------------------------------------------- */
@@ -293,24 +301,28 @@ static void kvb_case(dsr1_test_ctx *t, dsr1_type ty, dsr1_compute mode)
     m->cfg.v_head_dim = VD, m->cfg.kv_lora_rank = R;
     dsr1_layer_weights L = {0};
     dsr1_error err;
-    CHECK_OK(dsr1_model_derive_kv_b(m, &L, &kvb, NULL, &err), &err);
+    m->threads = 2;
+    CHECK_OK(dsr1_model_derive_kv_b(m, &L, &kvb, &err), &err);
     static float src[R], got[R];
     int bad = 0;
-    for (int h = 0; h < H && L.wk_t; h++) {
-        int copy_k = L.wk_t[h].type == DSR1_T_BF16 || L.wk_t[h].type == DSR1_T_F32;
-        int copy_v = L.wv[h].type != ty || ty == DSR1_T_BF16;
-        if (ty == DSR1_T_FP8_E4M3) CHECK(L.wk_t[h].type == DSR1_T_FP8_E4M3);
+    CHECK_EQ_INT(L.wk_t.d.count, H);
+    CHECK_EQ_INT(L.wv.d.count, H);
+    for (int h = 0; h < H && L.wk_t.d.mat.data; h++) {
+        dsr1_wmat wk_h = dsr1_wdesc_mat(&L.wk_t.d, h), wv_h = dsr1_wdesc_mat(&L.wv.d, h);
+        int copy_k = wk_h.type == DSR1_T_BF16 || wk_h.type == DSR1_T_F32;
+        int copy_v = wv_h.type != ty || ty == DSR1_T_BF16;
+        if (ty == DSR1_T_FP8_E4M3) CHECK(wk_h.type == DSR1_T_FP8_E4M3);
         if (ty != DSR1_T_BF16) {
-            const uint8_t *v = L.wv[h].data;
+            const uint8_t *v = wv_h.data;
             CHECK(v >= data && v < data + sizeof data);
         }
         for (int d = 0; d < NOPE + VD; d++) {
             dsr1_wmat_dequant_row(&kvb, h * (NOPE + VD) + d, src);
             int key = d < NOPE, copy = key ? copy_k : copy_v;
-            if (!key) dsr1_wmat_dequant_row(&L.wv[h], d - NOPE, got);
+            if (!key) dsr1_wmat_dequant_row(&wv_h, d - NOPE, got);
             for (int i = 0; i < R; i++) {
                 float g = got[i], w = src[i];
-                if (key) dsr1_wmat_dequant_span(&L.wk_t[h], i, d, 1, &g);
+                if (key) dsr1_wmat_dequant_span(&wk_h, i, d, 1, &g);
                 if (copy && mode != DSR1_COMPUTE_F32) w = dsr1_bf16_to_f32(dsr1_f32_to_bf16(w));
                 bad += g != w;
             }
@@ -352,12 +364,18 @@ static int tiny_open(dsr1_test_ctx *t, tiny_run *r, dsr1_compute compute, int th
         dsr1_test_skip(t, "tiny fixture could not be converted");
         return -1;
     }
-    dsr1_model_options o = {.compute = compute, .threads = threads};
+    char why[256];
+    if (!dsr1_test_backend_usable(dsr1_test_backend(), why, sizeof why)) {
+        dsr1_test_skip(t, "backend %s: %s", dsr1_test_backend(), why);
+        return -1;
+    }
+    dsr1_model_options o = {.compute = compute, .threads = threads, .backend = dsr1_test_backend()};
     CHECK_OK(dsr1_model_open(&r->m, path, &o, &r->err), &r->err);
     if (!r->m) return -1;
     dsr1_kvcache_options ko = {.type = dsr1_model_kv_type(r->m), .n_layers = r->m->n_layers,
                                .kv_lora_rank = r->m->cfg.kv_lora_rank,
-                               .rope_dim = r->m->cfg.qk_rope_head_dim, .max_seqs = 3, .ctx = 32};
+                               .rope_dim = r->m->cfg.qk_rope_head_dim, .max_seqs = 3, .ctx = 32,
+                               .be = r->m->be, .dev = r->m->dev};
     CHECK_OK(dsr1_kvcache_create(&r->kv, &ko, &r->err), &r->err);
     if (r->kv) CHECK_OK(dsr1_fwd_create(&r->f, r->m, r->kv, 32, &r->err), &r->err);
     return r->f ? 0 : -1;
@@ -571,7 +589,9 @@ DSR1_TEST(forward_fast_vs_f32)
                        1869, 13, 1025, 1682, 271, 1633, 246, 959, 1672, 622, 701};
     dsr1_model *mf = NULL, *mx = NULL;
     dsr1_error err;
-    dsr1_model_options of = {.compute = DSR1_COMPUTE_FAST}, ox = {.compute = DSR1_COMPUTE_F32};
+    DSR1_TEST_NEED_BACKEND();
+    dsr1_model_options of = {.compute = DSR1_COMPUTE_FAST, .backend = dsr1_test_backend()};
+    dsr1_model_options ox = {.compute = DSR1_COMPUTE_F32, .backend = dsr1_test_backend()};
     CHECK_OK(dsr1_model_open(&mf, path, &of, &err), &err);
     CHECK_OK(dsr1_model_open(&mx, path, &ox, &err), &err);
     if (!mf || !mx) goto out;
@@ -616,7 +636,8 @@ DSR1_TEST(forward_fp8_kv)
     r.f = NULL;
     dsr1_kvcache_options ko = {.type = DSR1_KV_FP8, .n_layers = r.m->n_layers,
                                .kv_lora_rank = r.m->cfg.kv_lora_rank,
-                               .rope_dim = r.m->cfg.qk_rope_head_dim, .max_seqs = 1, .ctx = 32};
+                               .rope_dim = r.m->cfg.qk_rope_head_dim, .max_seqs = 1, .ctx = 32,
+                               .be = r.m->be, .dev = r.m->dev};
     CHECK_OK(dsr1_kvcache_create(&r.kv, &ko, &r.err), &r.err);
     if (r.kv) CHECK_OK(dsr1_fwd_create(&r.f, r.m, r.kv, 32, &r.err), &r.err);
     int V = 2048, s1, s2;

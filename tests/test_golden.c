@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/dsr1.h"
+#include "be_util.h"
 #include "test.h"
 
 const char *dsr1_test_tiny_model(void);
@@ -113,7 +114,14 @@ static int golden_open(dsr1_test_ctx *t, golden *g)
         dsr1_test_fail(t, __FILE__, __LINE__, "manifest.json unreadable");
         return -1;
     }
-    dsr1_model_options o = {.compute = DSR1_COMPUTE_F32, .threads = 2};
+    char why[256];
+    if (!dsr1_test_backend_usable(dsr1_test_backend(), why, sizeof why)) {
+        cJSON_Delete(g->manifest);
+        dsr1_test_skip(t, "backend %s: %s", dsr1_test_backend(), why);
+        return -1;
+    }
+    dsr1_model_options o = {.compute = DSR1_COMPUTE_F32, .threads = 2,
+                            .backend = dsr1_test_backend()};
     int rc = dsr1_model_open(&g->m, path, &o, &g->err);
     if (rc) {
         dsr1_test_fail(t, __FILE__, __LINE__, "model open: %s", g->err.msg);

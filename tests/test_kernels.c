@@ -420,7 +420,9 @@ DSR1_TEST(kernels_ffn_gate_up)
  * on the awkward values: ties to even, denormals, infinities, NaNs. */
 DSR1_TEST(kernels_bf16_rows_special_values)
 {
-    if (!dsr1_mm_avx512_usable()) return;
+    if (!dsr1_mm_avx512_usable())
+        DSR1_SKIP("no AVX-512 BF16/VNNI kernels on this CPU: %s", "the vector rounding under test does not run");
+
     static const uint32_t bits[] = {
         0x00000000, 0x80000000, 0x00000001, 0x807fffff, 0x00800000, 0x3f808000, 0x3f818000,
         0x3f80ffff, 0x7f7fffff, 0xff7fffff, 0x7f800000, 0xff800000, 0x7fc00000, 0x7f800001,
@@ -448,6 +450,8 @@ DSR1_TEST(kernels_bf16_rows_special_values)
  * to the portable kernel, and each token the same alone (GEMV path). */
 DSR1_TEST(kernels_bf16_panels_special_values)
 {
+    if (!dsr1_mm_avx512_usable())
+        DSR1_SKIP("no AVX-512 BF16/VNNI kernels on this CPU: %s", "dsr1_matmul would be the portable kernel compared with itself");
     int64_t rows = 200, cols = 2100;
     int n = 13;
     tmat m = make_mat(DSR1_T_BF16, rows, cols, 0, 21);
@@ -484,6 +488,8 @@ DSR1_TEST(kernels_bf16_panels_special_values)
  * one: bit-identical to the portable kernel and to each token alone. */
 DSR1_TEST(kernels_fp8_bf16_blocks)
 {
+    if (!dsr1_mm_avx512_usable())
+        DSR1_SKIP("no AVX-512 BF16/VNNI kernels on this CPU: %s", "dsr1_matmul would be the portable kernel compared with itself");
     int64_t rows = 272, cols = 2100;
     int n = 9;
     tmat m = make_mat(DSR1_T_FP8_E4M3, rows, cols, 0, 31);
@@ -513,6 +519,8 @@ DSR1_TEST(kernels_fp8_bf16_blocks)
  * cols: the same bits as the portable kernel, per-row and grouped scales. */
 DSR1_TEST(kernels_int8_act_special_values)
 {
+    if (!dsr1_mm_avx512_usable())
+        DSR1_SKIP("no AVX-512 BF16/VNNI kernels on this CPU: %s", "dsr1_matmul would be the portable kernel compared with itself");
     static const float ties[] = {127.0f, 2.5f, -3.5f, 0.5f, -0.5f, 1.5f, -126.5f, 1e-40f, -0.0f};
     for (int variant = 0; variant < 2; variant++) {
         int64_t rows = 40, cols = variant ? 192 : 301, ldx = cols + 7;

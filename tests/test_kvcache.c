@@ -8,14 +8,34 @@
 
 #include "core/kvcache.h"
 #include "core/numeric.h"
+#include "be_util.h"
 #include "test.h"
 
-static dsr1_kvcache *make(dsr1_test_ctx *t, dsr1_kv_type type, int seqs, int ctx, uint64_t bytes)
+/* The cache's pages live in a backend: the suite's (DSR1_TEST_BACKEND). */
+typedef struct pages {
+    const dsr1_backend_ops *be;
+    void *dev;
+} pages;
+
+static void pages_close(pages *p)
 {
-    dsr1_kvcache_options o = {.type = type, .n_layers = 3, .kv_lora_rank = 8, .rope_dim = 4,
-                              .block = 4, .max_seqs = seqs, .ctx = ctx, .bytes = bytes};
-    dsr1_kvcache *kv = NULL;
+    if (p->dev) p->be->destroy(p->dev);
+}
+
+static dsr1_kvcache *make(dsr1_test_ctx *t, pages *pg, dsr1_kv_type type, int seqs, int ctx,
+                          uint64_t bytes)
+{
     dsr1_error err;
+    dsr1_backend_options bo = {.threads = 1};
+    pg->dev = NULL;
+    CHECK_OK(dsr1_backend_find(dsr1_test_backend(), &pg->be, NULL, 0, &err), &err);
+    if (!pg->be) return NULL;
+    CHECK_OK(pg->be->create(&bo, &pg->dev, &err), &err);
+    if (!pg->dev) return NULL;
+    dsr1_kvcache_options o = {.type = type, .n_layers = 3, .kv_lora_rank = 8, .rope_dim = 4,
+                              .block = 4, .max_seqs = seqs, .ctx = ctx, .bytes = bytes,
+                              .be = pg->be, .dev = pg->dev};
+    dsr1_kvcache *kv = NULL;
     CHECK_OK(dsr1_kvcache_create(&kv, &o, &err), &err);
     return kv;
 }
@@ -28,7 +48,8 @@ static void row_of(int seq, int layer, int pos, float *lat, float *pe)
 
 DSR1_TEST(kvcache_pages_and_rollback)
 {
-    dsr1_kvcache *kv = make(t, DSR1_KV_F32, 2, 16, 0);
+    pages pg = {0};
+    dsr1_kvcache *kv = make(t, &pg, DSR1_KV_F32, 2, 16, 0);
     REQUIRE(kv);
     CHECK_EQ_INT(kv->n_pages, 8); /* 2 slots x ceil(16 / 4) */
     dsr1_error err;
@@ -66,13 +87,15 @@ DSR1_TEST(kvcache_pages_and_rollback)
     dsr1_kvcache_seq_free(kv, a);
     CHECK_EQ_INT(kv->n_free, 8);
     dsr1_kvcache_free(kv);
+    pages_close(&pg);
 }
 
 DSR1_TEST(kvcache_limits)
 {
+    pages pg = {0};
     /* Budget of 3 pages for 2 slots of 16 tokens. */
     uint64_t page = dsr1_kvcache_token_bytes(DSR1_KV_BF16, 3, 12) * 4;
-    dsr1_kvcache *kv = make(t, DSR1_KV_BF16, 2, 16, 3 * page + page / 2);
+    dsr1_kvcache *kv = make(t, &pg, DSR1_KV_BF16, 2, 16, 3 * page + page / 2);
     REQUIRE(kv);
     CHECK_EQ_INT(kv->n_pages, 3);
     dsr1_error err = {0};
@@ -88,6 +111,7 @@ DSR1_TEST(kvcache_limits)
     CHECK_EQ_INT(kv->n_free, 1);
     CHECK_OK(dsr1_kvcache_reserve(kv, b, 4, &err), &err);
     dsr1_kvcache_free(kv);
+    pages_close(&pg);
     dsr1_kvcache_options o = {.type = DSR1_KV_F32, .n_layers = 1, .kv_lora_rank = 8,
                               .rope_dim = 4, .max_seqs = 1, .ctx = 64, .bytes = 10};
     CHECK(dsr1_kvcache_create(&kv, &o, &err) == DSR1_ERANGE);
@@ -96,9 +120,10 @@ DSR1_TEST(kvcache_limits)
 
 DSR1_TEST(kvcache_types_roundtrip)
 {
+    pages pg = {0};
     dsr1_kv_type types[] = {DSR1_KV_F32, DSR1_KV_BF16, DSR1_KV_FP8};
     for (int k = 0; k < 3; k++) {
-        dsr1_kvcache *kv = make(t, types[k], 1, 8, 0);
+        dsr1_kvcache *kv = make(t, &pg, types[k], 1, 8, 0);
         REQUIRE(kv);
         dsr1_error err;
         int s;
@@ -122,5 +147,6 @@ DSR1_TEST(kvcache_types_roundtrip)
         }
         CHECKF(bad == 0, "type %d: %d values off", (int)types[k], bad);
         dsr1_kvcache_free(kv);
+        pages_close(&pg);
     }
 }

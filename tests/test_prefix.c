@@ -12,16 +12,24 @@
 #include <string.h>
 
 #include "core/engine.h"
+#include "be_util.h"
 #include "core/prefix.h"
 #include "test.h"
 
 const char *dsr1_test_tiny_model(void);
 
-static dsr1_kvcache *small_cache(int pages)
+/* A cache of `pages` pages (4 tokens, 2 layers, rows of 6 floats) whose
+ * storage is the test backend's device *dev (destroy it after). */
+static dsr1_kvcache *small_cache(int pages, const dsr1_backend_ops **be, void **dev)
 {
+    dsr1_backend_options bo = {.threads = 1};
+    *dev = NULL;
+    if (dsr1_backend_find(dsr1_test_backend(), be, NULL, 0, NULL) || !*be ||
+        (*be)->create(&bo, dev, NULL))
+        return NULL;
     dsr1_kvcache_options o = {.type = DSR1_KV_F32, .n_layers = 2, .kv_lora_rank = 4,
                               .rope_dim = 2, .block = 4, .max_seqs = 4, .ctx = 64,
-                              .bytes = (uint64_t)pages * 4 * 2 * 6 * 4};
+                              .bytes = (uint64_t)pages * 4 * 2 * 6 * 4, .be = *be, .dev = *dev};
     dsr1_kvcache *kv = NULL;
     return dsr1_kvcache_create(&kv, &o, NULL) ? NULL : kv;
 }
@@ -39,7 +47,10 @@ static void fill(dsr1_kvcache *kv, int seq, int from, int to, float base)
 
 DSR1_TEST(prefix_tree_share_evict_cow)
 {
-    dsr1_kvcache *kv = small_cache(8);
+    const dsr1_backend_ops *be = NULL;
+    void *dev = NULL;
+    dsr1_kvcache *kv = small_cache(8, &be, &dev);
+    if (!kv && dev) be->destroy(dev);
     REQUIRE(kv);
     dsr1_prefix *pf = NULL;
     dsr1_error err;
@@ -96,6 +107,7 @@ DSR1_TEST(prefix_tree_share_evict_cow)
     CHECK_EQ_INT(dsr1_prefix_pages(pf), 0);
     dsr1_prefix_free(pf);
     dsr1_kvcache_free(kv);
+    be->destroy(dev);
 }
 
 /* ---- through the engine ------------------------------------------------ */

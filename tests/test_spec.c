@@ -27,6 +27,7 @@
 
 #include "core/engine.h"
 #include "core/spec.h"
+#include "be_util.h"
 #include "test.h"
 
 const char *dsr1_test_tiny_model(void);
@@ -57,9 +58,14 @@ dsr1_model *dsr1_test_spec_open(dsr1_test_ctx *t, const char *path, dsr1_compute
         dsr1_test_skip(t, "model could not be built");
         return NULL;
     }
+    char why[256];
+    if (!dsr1_test_backend_usable(dsr1_test_backend(), why, sizeof why)) {
+        dsr1_test_skip(t, "backend %s: %s", dsr1_test_backend(), why);
+        return NULL;
+    }
     dsr1_model *m = NULL;
     dsr1_error err;
-    dsr1_model_options o = {.compute = c, .threads = 2};
+    dsr1_model_options o = {.compute = c, .threads = 2, .backend = dsr1_test_backend()};
     CHECK_OK(dsr1_model_open(&m, path, &o, &err), &err);
     return m;
 }
@@ -345,7 +351,8 @@ static int reference_cache(dsr1_model *m, dsr1_kv_type type, const int32_t *tok,
     const dsr1_config *c = dsr1_model_config(m);
     dsr1_kvcache_options ko = {.type = type, .n_layers = m->n_layers,
                                .kv_lora_rank = c->kv_lora_rank,
-                               .rope_dim = c->qk_rope_head_dim, .max_seqs = 1, .ctx = n};
+                               .rope_dim = c->qk_rope_head_dim, .max_seqs = 1, .ctx = n,
+                               .be = m->be, .dev = m->dev};
     dsr1_kvcache *kv = NULL;
     dsr1_fwd *f = NULL;
     float *h = malloc((size_t)n * (size_t)c->hidden_size * 4);

@@ -642,3 +642,26 @@ DSR1_TEST(tokenizer_open_dir_json_and_dsr1)
     CHECK(tk && encode_one(tk, " hello") == encode_one(fixture_tk(), " hello"));
     dsr1_tokenizer_free(tk);
 }
+
+/* Issue 13 item 1: a merge whose halves are longer than any token used to
+ * be copied into a buffer sized from the vocabulary before the lookup (a
+ * heap overflow `make check` catches). Now refused, naming the merge. */
+DSR1_TEST(tokenizer_merge_longer_than_any_token)
+{
+    static char big[6000];
+    memset(big, 'b', sizeof big - 1);
+    for (int k = 0; k < 2; k++) {
+        char m[sizeof big + 8];
+        snprintf(m, sizeof m, k ? "%s a" : "a %s", big);
+        const char *const merges[] = {"a b", m};
+        char *j = synth_json(abc_extra, 9, merges, 2, "[]");
+        REQUIRE(j);
+        dsr1_tokenizer *tk = NULL;
+        dsr1_error err = {0};
+        CHECK_EQ_INT(dsr1_tokenizer_create(&tk, j, strlen(j), "t.json", &err), DSR1_EFORMAT);
+        CHECK(tk == NULL);
+        CHECKF(strstr(err.msg, "model.merges[1]") && strstr(err.msg, "(cut)") &&
+               strlen(err.msg) < 200, "message '%s'", err.msg);
+        free(j);
+    }
+}

@@ -3,6 +3,10 @@
 # As root it installs what is missing with apt-get; otherwise it prints the
 # exact command to run and fails. Called by `make` before building.
 PKGS="build-essential pkg-config libcjson-dev libzstd-dev libcurl4-openssl-dev libssl-dev libdnnl-dev libnuma-dev libedit-dev zstd tmux python3-jinja2"
+# `deps.sh fuzz` (run by `make fuzz`): clang and its libFuzzer runtime, on
+# top of the above. `make test` never needs them (it replays the corpora
+# with the normal compiler).
+[ "${1:-}" = fuzz ] && PKGS="$PKGS clang libclang-rt-dev"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -63,6 +63,9 @@
 typedef struct head_job {
     cpu_ws *w;
     const dsr1_mla_args *a;
+    const float *q;          /* a->q on the host, row stride ldq */
+    float *out;              /* a->out, row stride ldo */
+    int64_t ldq, ldo;
     dsr1_act act;
     int nt;
 } head_job;
@@ -85,10 +88,10 @@ static void absorb_task(void *ctx, int k, int nt)
     (void)nt;
     head_range(j, k, &h0, &h1);
     for (int h = h0; h < h1; h++) {
-        dsr1_matmul(j->w->hpool[k], &a->wk_t[h], a->q + h * qk, H * qk, j->w->qcat + h * row,
-                    H * row, a->n, j->act);
+        dsr1_matmul(j->w->hpool[k], dsr1_cpu_mat(a->wk_t, h), j->q + h * qk, j->ldq,
+                    j->w->qcat + h * row, H * row, a->n, j->act);
         for (int t = 0; t < a->n; t++)
-            memcpy(j->w->qcat + (t * H + h) * row + r, a->q + (t * H + h) * qk + a->qk_nope,
+            memcpy(j->w->qcat + (t * H + h) * row + r, j->q + t * j->ldq + h * qk + a->qk_nope,
                    (size_t)a->rope_dim * sizeof(float));
     }
 }
@@ -102,22 +105,23 @@ static void unabsorb_task(void *ctx, int k, int nt)
     (void)nt;
     head_range(j, k, &h0, &h1);
     for (int h = h0; h < h1; h++)
-        dsr1_matmul(j->w->hpool[k], &a->wv[h], j->w->olat + h * r, H * r, a->out + h * v, H * v,
-                    a->n, j->act);
+        dsr1_matmul(j->w->hpool[k], dsr1_cpu_mat(a->wv, h), j->w->olat + h * r, H * r,
+                    j->out + h * v, j->ldo, a->n, j->act);
 }
 
 /* ---- gathering the cache ---------------------------------------------------------- */
 
 /* Rows 0..P-1 of (seq, layer) into w->kbuf as a [P][row] matrix: bf16
  * pages copied as bf16, f32 as f32, FP8 converted to f32 (value * scale). */
-static dsr1_wmat gather_k(cpu_ws *w, const dsr1_kvcache *kv, int seq, int layer, int P)
+static dsr1_wmat gather_k(cpu_ws *w, int seq, int layer, int P)
 {
-    size_t row = (size_t)kv->row;
-    int bf = kv->type == DSR1_KV_BF16;
-    for (int p0 = 0; p0 < P; p0 += kv->block) {
-        int len = P - p0 < kv->block ? P - p0 : kv->block;
-        size_t r = dsr1_kvcache_row_index(kv, seq, layer, p0);
-        if (kv->type == DSR1_KV_FP8) {
+    const dsr1_bkv *kv = w->step.kv;
+    size_t row = (size_t)kv->l.row;
+    int bf = kv->l.type == DSR1_KV_BF16, block = w->step.block;
+    for (int p0 = 0; p0 < P; p0 += block) {
+        int len = P - p0 < block ? P - p0 : block;
+        size_t r = dsr1_cpu_kv_row(&w->step, seq, layer, p0);
+        if (kv->l.type == DSR1_KV_FP8) {
             const uint8_t *d = (const uint8_t *)kv->data + r * row;
             float *o = (float *)w->kbuf + (size_t)p0 * row;
             for (int i = 0; i < len; i++)
@@ -169,10 +173,11 @@ static void softmax_task(void *ctx, int k, int nt)
     const tile_job *j = ctx;
     const dsr1_mla_args *a = j->a;
     int rows = j->cnt * a->n_heads;
+    const int32_t *pos = j->w->step.pos;
     int i0 = (int)((long long)rows * k / nt), i1 = (int)((long long)rows * (k + 1) / nt);
     for (int i = i0; i < i1; i++) {
         float *s = j->w->scores + (size_t)i * (size_t)j->P, mx = -INFINITY;
-        int P = a->pos[j->t0 + i / a->n_heads] + 1;
+        int P = pos[j->t0 + i / a->n_heads] + 1;
         for (int p = 0; p < P; p++) {
             s[p] *= a->scale;
             mx = s[p] > mx ? s[p] : mx;
@@ -192,7 +197,8 @@ static void attend_tile(cpu_ws *w, const dsr1_mla_args *a, const dsr1_wmat *k, i
     dsr1_pool *pool = dsr1_cpu_pool(w);
     int H = a->n_heads, r = a->kv_lora_rank, P = 0;
     int64_t row = k->cols;
-    for (int t = t0; t < t0 + cnt; t++) P = a->pos[t] + 1 > P ? a->pos[t] + 1 : P;
+    const int32_t *pos = w->step.pos;
+    for (int t = t0; t < t0 + cnt; t++) P = pos[t] + 1 > P ? pos[t] + 1 : P;
     tile_job j = {.w = w, .a = a, .k = k, .t0 = t0, .cnt = cnt, .P = P};
     dsr1_wmat kp = *k;
     kp.rows = P;
@@ -216,12 +222,13 @@ static void attend_tile(cpu_ws *w, const dsr1_mla_args *a, const dsr1_wmat *k, i
 static void attend_run(cpu_ws *w, const dsr1_mla_args *a, int t0, int t1)
 {
     int P = 0, H = a->n_heads;
-    for (int t = t0; t < t1; t++) P = a->pos[t] + 1 > P ? a->pos[t] + 1 : P;
-    dsr1_wmat k = gather_k(w, a->kv, a->seq[t0], a->layer, P);
+    const int32_t *pos = w->step.pos;
+    for (int t = t0; t < t1; t++) P = pos[t] + 1 > P ? pos[t] + 1 : P;
+    dsr1_wmat k = gather_k(w, w->step.seq[t0], a->layer, P);
     for (int s = t0; s < t1;) {
-        int e = s + 1, pmax = a->pos[s] + 1;
+        int e = s + 1, pmax = pos[s] + 1;
         for (; e < t1; e++) {
-            int pm = a->pos[e] + 1 > pmax ? a->pos[e] + 1 : pmax;
+            int pm = pos[e] + 1 > pmax ? pos[e] + 1 : pmax;
             size_t rows = (size_t)(e - s + 1) * (size_t)H;
             if (rows * (size_t)pm > w->score_cap || rows > w->tile_rows) break;
             pmax = pm;
@@ -235,19 +242,23 @@ void dsr1_cpu_mla_attention(void *wsp, const dsr1_mla_args *a, dsr1_act act)
 {
     cpu_ws *w = wsp;
     dsr1_pool *pool = dsr1_cpu_pool(w);
-    const dsr1_kvcache *kv = a->kv;
-    DSR1_ASSERT(a->n <= w->s.max_tokens && a->n_heads <= w->s.n_heads &&
-                kv->row == a->kv_lora_rank + a->rope_dim &&
+    const dsr1_bkv *kv = w->step.kv;
+    const int32_t *seq = w->step.seq, *pos = w->step.pos;
+    DSR1_ASSERT(kv && a->n == w->step.n && a->n <= w->s.max_tokens && a->n_heads <= w->s.n_heads &&
+                kv->l.row == a->kv_lora_rank + a->rope_dim &&
                 a->kv_lora_rank <= w->s.kv_lora_rank && a->rope_dim <= w->s.rope_dim &&
-                kv->ctx <= w->s.max_ctx && dsr1_cpu_kv_elem(kv->type) <= w->kelem);
+                dsr1_cpu_kv_elem(kv->l.type) <= w->kelem);
     for (int t = 0; t < a->n; t++)
-        DSR1_ASSERT((size_t)a->n_heads * (size_t)(a->pos[t] + 1) <= w->score_cap);
+        DSR1_ASSERT(pos[t] < w->s.max_ctx &&
+                    (size_t)a->n_heads * (size_t)(pos[t] + 1) <= w->score_cap);
     int nth = dsr1_pool_size(pool);
-    head_job hj = {.w = w, .a = a, .act = act, .nt = nth < w->n_hpools ? nth : w->n_hpools};
+    head_job hj = {.w = w, .a = a, .q = dsr1_cpu_ptr(a->q), .ldq = a->q.ld,
+                   .out = dsr1_cpu_ptr(a->out), .ldo = a->out.ld, .act = act,
+                   .nt = nth < w->n_hpools ? nth : w->n_hpools};
     dsr1_pool_run(pool, absorb_task, &hj, hj.nt);
     for (int t0 = 0; t0 < a->n;) {
         int t1 = t0 + 1;
-        while (t1 < a->n && a->seq[t1] == a->seq[t0]) t1++;
+        while (t1 < a->n && seq[t1] == seq[t0]) t1++;
         attend_run(w, a, t0, t1);
         t0 = t1;
     }

@@ -3,11 +3,16 @@
  * (backends/backend.h), built on backends/cpu/kernels.h: every projection
  * is dsr1_matmul on the packed weight, threads come from dsr1_pool.
  *
- * Owns: workspace buffers (sized once in ws_create, including the pool
- * scratch every matmul of the workspace needs, so a step never allocates),
- * the elementwise stages (embedding rows, RMSNorm, RoPE, residual-free
- * combines) and the dense FFN. MLA attention is cpu_attention.c, the MoE
- * dispatch cpu_moe.c.
+ * Owns: the device (thread pool, the kernel variant it names at start),
+ * weight handles (the CPU multiplies the mapped bytes in place, so a
+ * handle is the matrices' descriptions), activation buffers (host floats),
+ * workspace buffers (sized once in ws_create, including the pool scratch
+ * every matmul of the workspace needs, so a step never allocates), the
+ * step description, the copy ops (write, read, gather, scatter, add), the
+ * elementwise stages (embedding rows, RMSNorm, RoPE) and the dense FFN.
+ * KV pages are cpu_kv.c, MLA attention cpu_attention.c, the MoE dispatch
+ * cpu_moe.c. Every op runs at once on the calling thread (and the pool),
+ * so step_end has nothing left to report.
  *
  * Determinism: each output row is computed by one thread in a fixed order
  * that depends only on that token (matmul's contract, attention products
@@ -21,19 +26,30 @@
 #include <string.h>
 
 #include "cpu_backend.h"
+#include "matmul_impl.h" /* dsr1_mm_avx512_usable: the variant named at start */
 
 /* ---- device and workspace ---------------------------------------------------- */
 
-static int cpu_create(void **out, int threads, dsr1_error *err)
+static int cpu_probe(char *why, size_t n)
+{
+    if (why && n) snprintf(why, n, "%s kernels",
+                           dsr1_mm_avx512_usable() ? "avx512-bf16-vnni" : "portable");
+    return 1;
+}
+
+static int cpu_create(const dsr1_backend_options *o, void **out, dsr1_error *err)
 {
     cpu_dev *d = calloc(1, sizeof *d);
     if (!d) return dsr1_errorf(err, DSR1_ENOMEM, "cpu backend: out of memory");
-    int rc = dsr1_pool_create(&d->pool, threads, err);
+    int rc = dsr1_pool_create(&d->pool, o ? o->threads : 0, err);
     if (rc) {
         free(d);
         return rc;
     }
-    snprintf(d->desc, sizeof d->desc, "cpu (%d threads)", dsr1_pool_size(d->pool));
+    /* The kernel variant is named so a slow fallback is never silent. */
+    snprintf(d->desc, sizeof d->desc, "cpu (%s kernels, %d threads)",
+             dsr1_mm_avx512_usable() ? "avx512-bf16-vnni" : "portable",
+             dsr1_pool_size(d->pool));
     *out = d;
     return 0;
 }
@@ -42,8 +58,49 @@ static void cpu_destroy(void *dev)
 {
     cpu_dev *d = dev;
     if (!d) return;
+    while (d->weights) {
+        struct dsr1_bweight *w = d->weights;
+        d->weights = w->next;
+        free(w);
+    }
     dsr1_pool_free(d->pool);
     free(d);
+}
+
+/* The CPU reads weights where they are (the mapping): the handle holds one
+ * description per matrix of the stack. */
+static int cpu_load(void *dev, const dsr1_wdesc *d, dsr1_placement where, dsr1_bweight **out,
+                    dsr1_error *err)
+{
+    cpu_dev *cd = dev;
+    (void)where;
+    if (d->count < 1 || d->mat.rows < 1 || d->mat.cols < 1)
+        return dsr1_errorf(err, DSR1_EINVAL, "cpu backend: weight %s: empty shape",
+                           d->name ? d->name : "?");
+    struct dsr1_bweight *w = malloc(sizeof *w + (size_t)d->count * sizeof(dsr1_wmat));
+    if (!w) return dsr1_errorf(err, DSR1_ENOMEM, "cpu backend: out of memory");
+    w->count = d->count;
+    for (int64_t i = 0; i < d->count; i++) w->m[i] = dsr1_wdesc_mat(d, i);
+    w->next = cd->weights;
+    cd->weights = w;
+    *out = w;
+    return 0;
+}
+
+static int cpu_buf_create(void *dev, size_t n, dsr1_bbuf **out, dsr1_error *err)
+{
+    (void)dev;
+    dsr1_bbuf *b = malloc(sizeof *b + (n ? n : 1) * sizeof(float));
+    if (!b) return dsr1_errorf(err, DSR1_ENOMEM, "cpu backend: cannot allocate %zu floats", n);
+    b->n = n;
+    *out = b;
+    return 0;
+}
+
+static void cpu_buf_free(void *dev, dsr1_bbuf *b)
+{
+    (void)dev;
+    free(b);
 }
 
 static const char *cpu_describe(void *dev) { return ((cpu_dev *)dev)->desc; }
@@ -181,22 +238,93 @@ static void cpu_ws_threads(void *wsp, int threads)
     if (need > w->n_hpools) (void)alloc_hpools(w, need);
 }
 
-/* ---- elementwise stages --------------------------------------------------------- */
+/* ---- steps and copies ----------------------------------------------------------- */
 
-static void cpu_embed(void *ws, const dsr1_tensor *table, const int32_t *ids, int n, float *out)
+static int cpu_step_begin(void *wsp, const dsr1_step *s, dsr1_error *err)
 {
-    (void)ws;
-    dsr1_wmat w = dsr1_wmat_of(table, 0);
-    for (int t = 0; t < n; t++) dsr1_wmat_dequant_row(&w, ids[t], out + (size_t)t * (size_t)w.cols);
+    cpu_ws *w = wsp;
+    if (s->n < 0 || s->n > w->s.max_tokens)
+        return dsr1_errorf(err, DSR1_EINVAL, "cpu backend: step of %d tokens, workspace holds %d",
+                           s->n, w->s.max_tokens);
+    w->step = *s;
+    w->in_step = 1;
+    return 0;
 }
 
-static void cpu_rmsnorm(void *ws, const float *x, int64_t ldx, const float *w, int dim, float eps,
-                        int n, float *y, int64_t ldy)
+/* Every op ran to completion when it was called. */
+static int cpu_step_end(void *wsp, dsr1_error *err)
+{
+    cpu_ws *w = wsp;
+    (void)err;
+    w->in_step = 0;
+    return 0;
+}
+
+static void copy_rows(const float *src, int64_t lds, int n, int cols, float *dst, int64_t ldd)
+{
+    for (int t = 0; t < n; t++)
+        memmove(dst + t * ldd, src + t * lds, (size_t)cols * sizeof(float));
+}
+
+static void cpu_write(void *ws, const float *src, int64_t lds, int n, int cols, dsr1_view dst)
 {
     (void)ws;
+    copy_rows(src, lds, n, cols, dsr1_cpu_ptr(dst), dst.ld);
+}
+
+static void cpu_read(void *ws, dsr1_view src, int n, int cols, float *dst, int64_t ldd)
+{
+    (void)ws;
+    copy_rows(dsr1_cpu_ptr(src), src.ld, n, cols, dst, ldd);
+}
+
+static void cpu_gather(void *ws, dsr1_view src, const int32_t *rows, int n, int cols, dsr1_view dst)
+{
+    (void)ws;
+    const float *s = dsr1_cpu_ptr(src);
+    float *d = dsr1_cpu_ptr(dst);
+    for (int i = 0; i < n; i++)
+        memcpy(d + i * dst.ld, s + rows[i] * src.ld, (size_t)cols * sizeof(float));
+}
+
+static void cpu_scatter(void *ws, dsr1_view src, const int32_t *rows, int n, int cols, dsr1_view dst)
+{
+    (void)ws;
+    const float *s = dsr1_cpu_ptr(src);
+    float *d = dsr1_cpu_ptr(dst);
+    for (int i = 0; i < n; i++)
+        memcpy(d + rows[i] * dst.ld, s + i * src.ld, (size_t)cols * sizeof(float));
+}
+
+static void cpu_add(void *ws, dsr1_view y, dsr1_view x, int n, int cols)
+{
+    (void)ws;
+    float *yp = dsr1_cpu_ptr(y);
+    const float *xp = dsr1_cpu_ptr(x);
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < cols; i++) yp[t * y.ld + i] += xp[t * x.ld + i];
+}
+
+/* ---- elementwise stages --------------------------------------------------------- */
+
+static void cpu_embed(void *wsp, const dsr1_bweight *table, dsr1_view out)
+{
+    cpu_ws *w = wsp;
+    const dsr1_wmat *m = dsr1_cpu_mat(table, 0);
+    float *o = dsr1_cpu_ptr(out);
+    for (int t = 0; t < w->step.n; t++) dsr1_wmat_dequant_row(m, w->step.ids[t], o + t * out.ld);
+}
+
+static void cpu_rmsnorm(void *ws, dsr1_view xv, const dsr1_bweight *wt, int dim, float eps, int n,
+                        dsr1_view yv)
+{
+    (void)ws;
+    const float *x = dsr1_cpu_ptr(xv), *w = dsr1_cpu_mat(wt, 0)->data;
+    float *y = dsr1_cpu_ptr(yv);
+    DSR1_ASSERT(dsr1_cpu_mat(wt, 0)->type == DSR1_T_F32);
     for (int t = 0; t < n; t++) {
-        const float *xr = x + t * ldx;
-        float *yr = y + t * ldy;
+        const float *xr = x + t * xv.ld;
+        float *yr = y + t * yv.ld;
         double ss = 0;
         for (int i = 0; i < dim; i++) ss += (double)xr[i] * xr[i];
         float r = (float)(1.0 / sqrt(ss / dim + (double)eps));
@@ -204,27 +332,29 @@ static void cpu_rmsnorm(void *ws, const float *x, int64_t ldx, const float *w, i
     }
 }
 
-static void cpu_matmul(void *ws, const dsr1_wmat *w, const float *x, int64_t ldx, float *y,
-                       int64_t ldy, int n, dsr1_act act)
+static void cpu_matmul(void *ws, const dsr1_bweight *w, dsr1_view x, dsr1_view y, int n, dsr1_act act)
 {
-    dsr1_matmul(dsr1_cpu_pool(ws), w, x, ldx, y, ldy, n, act);
+    dsr1_matmul(dsr1_cpu_pool(ws), dsr1_cpu_mat(w, 0), dsr1_cpu_ptr(x), x.ld, dsr1_cpu_ptr(y), y.ld,
+                n, act);
 }
 
-static void cpu_rope(void *ws, float *x, int64_t ldx, int heads, int64_t hstride, int rope_dim,
-                     const float *freqs, const int32_t *pos, int n)
+static void cpu_rope(void *wsp, dsr1_view xv, int heads, int64_t hstride, int rope_dim,
+                     const dsr1_bweight *fw)
 {
-    (void)ws;
-    float cs[256], sn[256];
+    cpu_ws *ws = wsp;
+    const float *freqs = dsr1_cpu_mat(fw, 0)->data;
+    const int32_t *pos = ws->step.pos;
+    float *x = dsr1_cpu_ptr(xv), cs[256], sn[256];
     int half = rope_dim / 2;
     DSR1_ASSERT(half <= 256);
-    for (int t = 0; t < n; t++) {
+    for (int t = 0; t < ws->step.n; t++) {
         for (int i = 0; i < half; i++) {
             float a = (float)pos[t] * freqs[i]; /* float32 product, as the reference table */
             cs[i] = (float)cos((double)a);
             sn[i] = (float)sin((double)a);
         }
         for (int h = 0; h < heads; h++) {
-            float *v = x + t * ldx + h * hstride;
+            float *v = x + t * xv.ld + h * hstride;
             for (int i = 0; i < half; i++) {
                 float x0 = v[2 * i], x1 = v[2 * i + 1];
                 v[2 * i] = x0 * cs[i] - x1 * sn[i];
@@ -232,14 +362,6 @@ static void cpu_rope(void *ws, float *x, int64_t ldx, int heads, int64_t hstride
             }
         }
     }
-}
-
-static void cpu_kv_store(void *ws, dsr1_kvcache *kv, int layer, const float *latent, int64_t ldl,
-                         const float *pe, int64_t ldp, const int32_t *seq, const int32_t *pos, int n)
-{
-    (void)ws;
-    for (int t = 0; t < n; t++)
-        dsr1_kvcache_write(kv, seq[t], layer, pos[t], latent + t * ldl, pe + t * ldp);
 }
 
 static float silu(float x) { return x / (1.0f + expf(-x)); }
@@ -260,28 +382,47 @@ void dsr1_cpu_gated_mlp(cpu_ws *w, const dsr1_wmat *gate, const dsr1_wmat *up, c
     dsr1_matmul(p, down, w->ha, I, y, ldy, n, act);
 }
 
-static void cpu_ffn(void *ws, const dsr1_wmat *gate, const dsr1_wmat *up, const dsr1_wmat *down,
-                    const float *x, int n, float *y, dsr1_act act)
+static void cpu_ffn(void *ws, const dsr1_bweight *gate, const dsr1_bweight *up,
+                    const dsr1_bweight *down, dsr1_view x, int n, dsr1_view y, dsr1_act act)
 {
-    dsr1_cpu_gated_mlp(ws, gate, up, down, x, gate->cols, n, y, down->rows, act);
+    dsr1_cpu_gated_mlp(ws, dsr1_cpu_mat(gate, 0), dsr1_cpu_mat(up, 0), dsr1_cpu_mat(down, 0),
+                       dsr1_cpu_ptr(x), x.ld, n, dsr1_cpu_ptr(y), y.ld, act);
 }
 
 /* ---- the table ------------------------------------------------------------------ */
 
 static const dsr1_backend_ops cpu_ops = {
     .version = DSR1_BACKEND_VERSION,
+    .size = sizeof(dsr1_backend_ops),
     .name = "cpu",
+    .priority = 0,
+    .probe = cpu_probe,
     .create = cpu_create,
     .destroy = cpu_destroy,
     .describe = cpu_describe,
+    .load = cpu_load,
+    .buf_create = cpu_buf_create,
+    .buf_free = cpu_buf_free,
+    .kv_create = dsr1_cpu_kv_create,
+    .kv_free = dsr1_cpu_kv_free,
+    .kv_read = dsr1_cpu_kv_read,
+    .kv_write = dsr1_cpu_kv_write,
+    .kv_copy = dsr1_cpu_kv_copy,
     .ws_create = cpu_ws_create,
     .ws_free = cpu_ws_free,
     .ws_threads = cpu_ws_threads,
+    .step_begin = cpu_step_begin,
+    .step_end = cpu_step_end,
+    .write = cpu_write,
+    .read = cpu_read,
+    .gather = cpu_gather,
+    .scatter = cpu_scatter,
+    .add = cpu_add,
     .embed = cpu_embed,
     .rmsnorm = cpu_rmsnorm,
     .matmul = cpu_matmul,
     .rope = cpu_rope,
-    .kv_store = cpu_kv_store,
+    .kv_store = dsr1_cpu_kv_store,
     .mla_attention = dsr1_cpu_mla_attention,
     .ffn = cpu_ffn,
     .moe = dsr1_cpu_moe,

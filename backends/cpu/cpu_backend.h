@@ -1,16 +1,42 @@
 /*
  * cpu_backend.h - internals shared by the CPU backend's files
- * (cpu_backend.c: table, workspace, elementwise stages, FFN;
- * cpu_attention.c: MLA over the latent cache; cpu_moe.c: routed experts).
+ * (cpu_backend.c: table, device, weights, buffers, workspace, elementwise
+ * stages, FFN; cpu_kv.c: page storage and kv_store; cpu_attention.c: MLA
+ * over the pages; cpu_moe.c: routed experts).
  * Not a public header: the rest of dsr1 sees backends/backend.h only.
  */
 #ifndef DSR1_CPU_BACKEND_H
 #define DSR1_CPU_BACKEND_H
 
 #include "backends/backend.h"
+#include "kernels.h"
+
+/* A loaded weight: the CPU keeps the mapped bytes and multiplies them in
+ * place, so a handle is the matrices' descriptions (one per expert/head). */
+struct dsr1_bweight {
+    struct dsr1_bweight *next; /* the device's list, freed at destroy */
+    int64_t count;
+    dsr1_wmat m[];
+};
+
+/* An activation buffer: host float32. */
+struct dsr1_bbuf {
+    size_t n;
+    float data[];
+};
+
+/* KV pages in host memory: data [n_pages][n_layers][block][row] elements of
+ * the cache type, scale [n_pages][n_layers][block] for FP8. */
+struct dsr1_bkv {
+    dsr1_kv_layout l;
+    size_t elem;
+    void *data;
+    float *scale;
+};
 
 typedef struct cpu_dev {
     dsr1_pool *pool;
+    struct dsr1_bweight *weights;
     char desc[128];
 } cpu_dev;
 
@@ -18,6 +44,8 @@ typedef struct cpu_ws {
     cpu_dev *dev;
     dsr1_pool *own_pool;     /* from ws_threads, or NULL: use dev->pool */
     dsr1_ws_sizes s;
+    dsr1_step step;          /* the current step (step_begin) */
+    int in_step;
     /* attention (cpu_attention.c) */
     float *qcat;             /* [T][H][kv_lora + rope] absorbed queries | rope queries */
     float *olat;             /* [T][H][kv_lora] attended latents */
@@ -49,13 +77,40 @@ static inline dsr1_pool *dsr1_cpu_pool(const cpu_ws *w)
     return w->own_pool ? w->own_pool : w->dev->pool;
 }
 
+/* Host address of row 0 of a view. */
+static inline float *dsr1_cpu_ptr(dsr1_view v) { return v.buf->data + v.off; }
+
+/* Matrix i of a loaded weight. */
+static inline const dsr1_wmat *dsr1_cpu_mat(const dsr1_bweight *w, int64_t i)
+{
+    return &w->m[i];
+}
+
+/* Row index of (seq, layer, pos) in the step's pages. */
+static inline size_t dsr1_cpu_kv_row(const dsr1_step *s, int seq, int layer, int pos)
+{
+    int32_t page = s->page_table[(size_t)seq * (size_t)s->max_pages + (size_t)(pos / s->block)];
+    return ((size_t)page * (size_t)s->kv->l.n_layers + (size_t)layer) * (size_t)s->block +
+           (size_t)(pos % s->block);
+}
+
 /* y = down(silu(gate x) * up x) for n rows, through the workspace's ha/hb. */
 void dsr1_cpu_gated_mlp(cpu_ws *w, const dsr1_wmat *gate, const dsr1_wmat *up,
                         const dsr1_wmat *down, const float *x, int64_t ldx, int n, float *y,
                         int64_t ldy, dsr1_act act);
 void dsr1_cpu_mla_attention(void *ws, const dsr1_mla_args *a, dsr1_act act);
-void dsr1_cpu_moe(void *ws, const dsr1_moe_weights *w, const dsr1_moe_params *p, const float *x,
-                  int n, float *y, dsr1_act act);
+void dsr1_cpu_moe(void *ws, const dsr1_moe_weights *w, const dsr1_moe_params *p, dsr1_view x,
+                  int n, dsr1_view y, dsr1_act act);
 void dsr1_cpu_moe_choice(void *ws, int32_t *idx, int n);
+
+/* cpu_kv.c */
+int dsr1_cpu_kv_create(void *dev, const dsr1_kv_layout *l, dsr1_bkv **out, dsr1_error *err);
+void dsr1_cpu_kv_free(void *dev, dsr1_bkv *kv);
+int dsr1_cpu_kv_read(void *dev, dsr1_bkv *kv, int page, int layer, int first, int count,
+                     void *data, float *scale, dsr1_error *err);
+int dsr1_cpu_kv_write(void *dev, dsr1_bkv *kv, int page, int layer, int first, int count,
+                      const void *data, const float *scale, dsr1_error *err);
+int dsr1_cpu_kv_copy(void *dev, dsr1_bkv *kv, int dst, int src, dsr1_error *err);
+void dsr1_cpu_kv_store(void *ws, int layer, dsr1_view latent, dsr1_view pe);
 
 #endif

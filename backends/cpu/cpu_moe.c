@@ -10,7 +10,13 @@
  * Expert outputs land in per-(token, k) slots and are summed per token in
  * a fixed order, so a token's result does not depend on who else is in the
  * batch (the matmul kernels already promise that per row).
+ *
+ * A token whose router logits are not all finite (a NaN weight, a bad
+ * loaded cache) is routed nowhere: its experts are -1 and its output is
+ * NaN, which reaches its logits, where the engine fails that sequence
+ * alone (backend.h). The other tokens of the batch are untouched.
  */
+#include <math.h>
 #include <string.h>
 
 #include "core/moe.h"
@@ -20,12 +26,14 @@
 static void dispatch(cpu_ws *w, int n, int K, int E)
 {
     memset(w->count, 0, (size_t)E * sizeof *w->count);
-    for (int i = 0; i < n * K; i++) w->count[w->eidx[i]]++;
+    for (int i = 0; i < n * K; i++)
+        if (w->eidx[i] >= 0) w->count[w->eidx[i]]++;
     w->first[0] = 0;
     for (int e = 0; e < E; e++) w->first[e + 1] = w->first[e] + w->count[e];
     memset(w->count, 0, (size_t)E * sizeof *w->count);
     for (int i = 0; i < n * K; i++) {
         int e = w->eidx[i];
+        if (e < 0) continue;
         w->order[w->first[e] + w->count[e]++] = i;
     }
 }
@@ -38,30 +46,39 @@ static void run_expert(cpu_ws *w, const dsr1_moe_weights *mw, int e, const float
     const int32_t *ord = w->order + w->first[e];
     for (int i = 0; i < cnt; i++)
         memcpy(w->xg + (size_t)i * D, x + (size_t)(ord[i] / K) * D, (size_t)D * sizeof(float));
-    dsr1_wmat g = dsr1_wmat_of(mw->gate, e), u = dsr1_wmat_of(mw->up, e);
-    dsr1_wmat d = dsr1_wmat_of(mw->down, e);
-    dsr1_cpu_gated_mlp(w, &g, &u, &d, w->xg, D, cnt, w->yg, D, act);
+    dsr1_cpu_gated_mlp(w, dsr1_cpu_mat(mw->gate, e), dsr1_cpu_mat(mw->up, e),
+                       dsr1_cpu_mat(mw->down, e), w->xg, D, cnt, w->yg, D, act);
     for (int i = 0; i < cnt; i++)
         memcpy(w->slots + (size_t)ord[i] * D, w->yg + (size_t)i * D, (size_t)D * sizeof(float));
 }
 
-void dsr1_cpu_moe(void *wsp, const dsr1_moe_weights *mw, const dsr1_moe_params *p, const float *x,
-                  int n, float *y, dsr1_act act)
+void dsr1_cpu_moe(void *wsp, const dsr1_moe_weights *mw, const dsr1_moe_params *p, dsr1_view xv,
+                  int n, dsr1_view yv, dsr1_act act)
 {
     cpu_ws *w = wsp;
     int D = w->s.hidden, E = p->n_experts, K = p->topk;
     DSR1_ASSERT(n <= w->s.max_tokens && E <= w->s.n_experts && K <= w->s.topk);
-    dsr1_matmul(dsr1_cpu_pool(w), &mw->router, x, D, w->router, E, n, DSR1_ACT_F32);
+    /* gathered rows are read with stride D: make x dense first if needed */
+    const float *x = dsr1_cpu_ptr(xv);
+    float *y = dsr1_cpu_ptr(yv);
+    DSR1_ASSERT(xv.ld == D && yv.ld == D);
+    const float *bias = mw->bias ? dsr1_cpu_mat(mw->bias, 0)->data : NULL;
+    dsr1_matmul(dsr1_cpu_pool(w), dsr1_cpu_mat(mw->router, 0), x, D, w->router, E, n, DSR1_ACT_F32);
     for (int t = 0; t < n; t++)
-        dsr1_moe_route(p, w->router + (size_t)t * E, mw->bias, w->eidx + (size_t)t * K,
-                       w->ew + (size_t)t * K, w->route_scratch);
+        (void)dsr1_moe_route(p, w->router + (size_t)t * E, bias, w->eidx + (size_t)t * K,
+                             w->ew + (size_t)t * K, w->route_scratch);
     dispatch(w, n, K, E);
     for (int e = 0; e < E; e++)
         if (w->first[e + 1] > w->first[e]) run_expert(w, mw, e, x, K, act);
     if (mw->has_shared)
-        dsr1_cpu_gated_mlp(w, &mw->sh_gate, &mw->sh_up, &mw->sh_down, x, D, n, w->sh, D, act);
+        dsr1_cpu_gated_mlp(w, dsr1_cpu_mat(mw->sh_gate, 0), dsr1_cpu_mat(mw->sh_up, 0),
+                           dsr1_cpu_mat(mw->sh_down, 0), x, D, n, w->sh, D, act);
     for (int t = 0; t < n; t++) {
         float *yr = y + (size_t)t * D;
+        if (w->eidx[(size_t)t * K] < 0) { /* not routed: scores not finite */
+            for (int i = 0; i < D; i++) yr[i] = NAN;
+            continue;
+        }
         memset(yr, 0, (size_t)D * sizeof(float));
         for (int k = 0; k < K; k++) {
             const float *s = w->slots + ((size_t)t * K + k) * D;

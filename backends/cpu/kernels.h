@@ -4,7 +4,7 @@
  * the dequantisation fused in.
  *
  * Shapes: a weight matrix W is [rows = out, cols = in], row-major, in one of
- * the .dsr1 packed types (convert/dsr1file.h). matmul computes
+ * the .dsr1 packed types (core/dsr1file.h). matmul computes
  *     y[t][r] = sum_c x[t][c] * W[r][c]      for t < n tokens, r < rows
  * with x and y float32 (row strides ldx, ldy in elements).
  *
@@ -35,8 +35,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../../convert/dsr1file.h"
 #include "../../core/error.h"
+#include "../backend.h" /* dsr1_wmat, dsr1_act: the seam's weight description */
 
 /* ---- thread pool ------------------------------------------------------- */
 
@@ -57,26 +57,7 @@ void dsr1_pool_run(dsr1_pool *p, void (*fn)(void *ctx, int task, int ntasks),
  * allocate. Optional; NULL pool is a no-op. DSR1_ENOMEM on failure. */
 int dsr1_pool_reserve(dsr1_pool *p, size_t bytes, dsr1_error *err);
 
-/* ---- weights ------------------------------------------------------------ */
-
-typedef struct dsr1_wmat {
-    dsr1_type type;        /* F32, F16, BF16, FP8_E4M3, INT8, INT4 */
-    int64_t rows, cols;    /* out, in */
-    const void *data;      /* packed values of this one matrix */
-    const void *scale;     /* this matrix's scales or NULL */
-    dsr1_type scale_type;  /* F32 (fp8, int8) or F16/BF16 (int4) */
-    int group;             /* fp8: block (128); int8: 0 = per row, else group; int4: group */
-} dsr1_wmat;
-
-/* Matrix `index` of a .dsr1 tensor (0 for 2-D; expert e for a 3-D stack). */
-dsr1_wmat dsr1_wmat_of(const dsr1_tensor *t, int64_t index);
-
-/* Dequantise row r of W into out[cols] (float32): the scalar reference. */
-void dsr1_wmat_dequant_row(const dsr1_wmat *w, int64_t r, float *out);
-
 /* ---- matmul -------------------------------------------------------------- */
-
-typedef enum { DSR1_ACT_F32 = 0, DSR1_ACT_BF16 = 1, DSR1_ACT_INT8 = 2 } dsr1_act;
 
 /* y = x W^T as described above, using the fastest kernel for this CPU. */
 void dsr1_matmul(dsr1_pool *p, const dsr1_wmat *w, const float *x, int64_t ldx,

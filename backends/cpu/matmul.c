@@ -240,7 +240,7 @@ static void run_task(void *ctx, int task, int ntasks)
     dsr1_mm_job j = *mt->job;
     int64_t r0 = task * mt->rows_per_task, r1 = r0 + mt->rows_per_task;
     if (r1 > j.w->rows) r1 = j.w->rows;
-    j.task_mem = mt->task_mem + (size_t)task * j.task_bytes;
+    j.task_mem = mt->task_mem ? mt->task_mem + (size_t)task * j.task_bytes : NULL;
     mt->rows(&j, r0, r1);
     if (!mt->up) return;
     dsr1_mm_job u = *mt->up;
@@ -312,8 +312,10 @@ static void matmul_run(dsr1_pool *p, const dsr1_wmat *w, const dsr1_wmat *up, co
         uj.y = (float *)((char *)mem + bytes);
         uj.ldy = w->rows;
     }
+    /* mem is NULL when nothing needs scratch (total == 0): NULL + 0 is
+     * undefined in C (clang's UBSan stops on it), so no arithmetic then. */
     mm_task mt = {.job = &j, .up = up ? &uj : NULL, .rows_per_task = per,
-                  .task_mem = (char *)mem + bytes + tmp_bytes,
+                  .task_mem = mem ? (char *)mem + bytes + tmp_bytes : NULL,
                   .rows = avx ? dsr1_mm_rows_avx512 : dsr1_mm_rows_portable};
     dsr1_pool_run(p, run_task, &mt, ntasks);
     free(owned);

@@ -131,7 +131,8 @@ static int fail_io(dsr1_error *err, const char *path, const char *what)
 
 static int map_file(dsr1_file *f, dsr1_error *err)
 {
-    f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO in place of the file must not block the open. */
+    f->fd = open(f->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (f->fd < 0) return fail_io(err, f->path, "cannot open");
     struct stat st;
     if (fstat(f->fd, &st) != 0) return fail_io(err, f->path, "cannot stat");
@@ -393,6 +394,14 @@ void dsr1_file_close(dsr1_file *f)
 /* ---- accessors -------------------------------------------------------- */
 
 const char *dsr1_file_path(const dsr1_file *f) { return f->path; }
+
+int dsr1_file_contains(const dsr1_file *f, const void *p, uint64_t n)
+{
+    const uint8_t *b = p;
+    if (!p) return n == 0;
+    return b >= f->map && (uint64_t)(b - f->map) <= f->map_size &&
+           n <= f->map_size - (uint64_t)(b - f->map);
+}
 const dsr1_file_header *dsr1_file_header_of(const dsr1_file *f) { return &f->hdr; }
 const char *dsr1_file_metadata(const dsr1_file *f) { return f->meta; }
 size_t dsr1_file_n_tensors(const dsr1_file *f) { return f->n; }

@@ -1,0 +1,45 @@
+/*
+ * fuzz.h - shared by the fuzz targets in tests/fuzz/fuzz_*.c.
+ *
+ * Each target defines LLVMFuzzerTestOneInput and is built two ways (see the
+ * Makefile): with clang -fsanitize=fuzzer,address,undefined by `make fuzz`
+ * (libFuzzer supplies main and mutates inputs), and with the normal
+ * compiler plus tests/fuzz/replay.c by `make test`, which runs every file
+ * of tests/fuzz/corpus/<name>/ through it once (regressions: the seeds and
+ * every input that ever crashed a target are kept there).
+ *
+ * Parsers that take a path get the input as an in-memory file (memfd) named
+ * /proc/self/fd/N, so the code under test opens, stats and mmaps it exactly
+ * as it would a file on disk.
+ */
+#ifndef DSR1_FUZZ_H
+#define DSR1_FUZZ_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* Write data into a fresh memfd; path gets its /proc/self/fd name. Returns
+ * the fd (close it when done) or -1. */
+static inline int fuzz_memfile(const uint8_t *data, size_t size, char *path, size_t cap)
+{
+    int fd = memfd_create("fuzz", 0);
+    if (fd < 0) return -1;
+    size_t off = 0;
+    while (off < size) {
+        ssize_t w = write(fd, data + off, size - off);
+        if (w <= 0) {
+            close(fd);
+            return -1;
+        }
+        off += (size_t)w;
+    }
+    snprintf(path, cap, "/proc/self/fd/%d", fd);
+    return fd;
+}
+
+#endif
