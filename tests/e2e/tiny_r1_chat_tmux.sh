@@ -6,12 +6,14 @@
 # a second turn on the same history; the screen is printed as a recording.
 set -u
 command -v tmux >/dev/null || { echo "tmux not installed"; exit 77; }
+# A private tmux server per run: other tests' tmux sessions never race with ours.
+tmux() { command tmux -L "dsr1-e2e-$$" "$@"; }
 . tests/e2e/lib/tiny_r1.sh
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 S=dsr1-r1chat-$$
 export TMUX=
-cleanup() { tmux kill-session -t "$S" 2>/dev/null; }
+cleanup() { tmux kill-session -t "$S" 2>/dev/null; tmux kill-server 2>/dev/null; }
 trap cleanup EXIT
 mkdir -p "$TMPDIR/xdg"
 tmux new-session -d -s "$S" -x 100 -y 50 \
