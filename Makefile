@@ -143,6 +143,10 @@ demo: deps-ok $(BIN) $(TOOLS)
 bench: deps-ok $(BIN) $(TOOLS)
 	@sh tools/bench.sh
 
+# dsr1 vs llama.cpp / ik_llama.cpp: LLAMA_SRC=... IK_SRC=... (tools/bench_peer.sh)
+bench-peer: deps-ok $(BIN) $(TOOLS)
+	@BUILD=$(BUILD) sh tools/bench_peer.sh
+
 install: dsr1
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5
 	install -m 755 dsr1 $(DESTDIR)$(PREFIX)/bin/dsr1
@@ -194,10 +198,11 @@ help:
 	@echo "make fuzz     run each fuzz target FUZZ_TIME s (default 60; FUZZ_TARGETS=name... picks)"
 	@echo "make demo     convert the bundled demo checkpoint and run prompts on it"
 	@echo "make bench    benchmarks (tokenizer, convert, decode/prefill)"
+	@echo "make bench-peer LLAMA_SRC=DIR IK_SRC=DIR   dsr1 vs llama.cpp, ik_llama.cpp"
 	@echo "make install  PREFIX=/usr/local: binary and man pages"
 	@echo "make cuda     only the CUDA backend library (libdsr1-cuda.so next to dsr1)"
 	@echo "make hip      only the HIP backend library (needs hipcc)"
 	@echo "options: CUDA=0 HIP=0 CC=clang OPT=-O3"
 
-.PHONY: all test check fuzz demo bench install deps-ok gpu-summary clean help cuda hip
+.PHONY: all test check fuzz demo bench bench-peer install deps-ok gpu-summary clean help cuda hip
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -5,7 +5,7 @@
  *       prefill and decode through the engine (cli/bench_model.c): time to
  *       first token, tokens/s, and at batch 1 the bandwidth decode reaches
  *       as a percentage of the bound the machine's bandwidth sets.
- *   dsr1 bench membw [--size MiB] [--threads N]   streaming read bandwidth
+ *   dsr1 bench membw [--size MiB] [--threads N] [--reps N]   bandwidth probe
  *   dsr1 bench kernels [--shape RxC] [--threads N] [--quick] [--type T] [--n N,..]
  *       matmul GB/s and GFLOP/s per weight type on DeepSeek-R1 shapes, and
  *       the measured compute peak the GFLOP/s are a percentage of
@@ -32,7 +32,8 @@ static int usage(FILE *f)
 {
     fprintf(f,
             "usage: dsr1 bench [-m MODEL] [--prompt N,..] [--gen N] [--batch N,..] [--threads N] [--f32]\n"
-            "       dsr1 bench membw [--size MIB] [--threads N]\n"
+            "                  [--no-warmup]\n"
+            "       dsr1 bench membw [--size MIB] [--threads N] [--reps N]\n"
             "       dsr1 bench kernels [--shape ROWSxCOLS] [--threads N] [--quick] [--type T] [--n N,..]\n"
             "       dsr1 bench tokenize FILE\n"
             "       dsr1 bench --spec -m MODEL [--k N] ...   (speculative decoding)\n"
@@ -58,18 +59,20 @@ static int int_opt(int argc, char **argv, int *i, const char *flag, double lo, d
 static int measure_membw(dsr1_pool *pool, int mib, double *gbs, dsr1_error *err)
 {
     double bps = 0;
-    DSR1_TRY(dsr1_hw_membw(pool, (size_t)mib << 20, 5, &bps, err));
+    DSR1_TRY(dsr1_hw_membw(pool, (size_t)mib << 20, 3, &bps, err));
     *gbs = bps / 1e9;
     return 0;
 }
 
 static int bench_membw(int argc, char **argv)
 {
-    int mib = 1024, threads = 0, rc;
+    int mib = 512, threads = 0, reps = 5, rc;
     for (int i = 1; i < argc; i++) {
         if ((rc = int_opt(argc, argv, &i, "--size", 64, 1 << 20, &mib)) >= 0) {
             if (rc) return rc;
         } else if ((rc = int_opt(argc, argv, &i, "--threads", 1, 1024, &threads)) >= 0) {
+            if (rc) return rc;
+        } else if ((rc = int_opt(argc, argv, &i, "--reps", 1, 1000, &reps)) >= 0) {
             if (rc) return rc;
         } else {
             return dsr1_cli_usage("bench", "unknown option '%s' for membw", argv[i]);
@@ -77,13 +80,26 @@ static int bench_membw(int argc, char **argv)
     }
     dsr1_error err = {0};
     dsr1_pool *pool = NULL;
-    double gbs = 0;
-    if (dsr1_pool_create(&pool, threads, &err) || measure_membw(pool, mib, &gbs, &err)) {
+    static dsr1_membw_cfg cfg[DSR1_MEMBW_MAX_CFG];
+    int n = 0, best = 0;
+    double bound = 0;
+    if (dsr1_pool_create(&pool, threads, &err) ||
+        dsr1_hw_membw_probe(pool, (size_t)mib << 20, reps, 0, cfg, &n, &bound, &err)) {
         dsr1_pool_free(pool);
         return dsr1_cli_fail(&err);
     }
-    printf("membw: %.1f GB/s streaming read (%d MiB, %d threads, best of 5)\n", gbs, mib,
-           dsr1_pool_size(pool));
+    printf("%7s %-8s %8s %-5s %10s %10s\n", "threads", "split", "prefetch", "pages", "median_GB/s",
+           "best_GB/s");
+    for (int c = 0; c < n; c++) {
+        printf("%7d %-8s %8d %-5s %10.1f %10.1f\n", cfg[c].threads, cfg[c].stripes ? "stripes" : "blocks",
+               cfg[c].prefetch, cfg[c].huge ? "2M" : "4K", cfg[c].median / 1e9, cfg[c].best / 1e9);
+        if (cfg[c].median > cfg[best].median) best = c;
+    }
+    printf("membw: %.1f GB/s streaming read (best pass of any configuration; %d MiB, up to %d threads, "
+           "%d interleaved passes each)\n", bound / 1e9, mib, dsr1_pool_size(pool), reps);
+    printf("membw: best median %.1f GB/s: %d threads, %s, prefetch %d, %s pages\n", cfg[best].median / 1e9,
+           cfg[best].threads, cfg[best].stripes ? "stripes" : "blocks", cfg[best].prefetch,
+           cfg[best].huge ? "2M" : "4K");
     dsr1_pool_free(pool);
     return 0;
 }

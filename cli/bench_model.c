@@ -39,7 +39,7 @@ typedef struct model_opts {
     const char *model, *backend;
     int prompts[MAX_LIST], n_prompts;
     int batches[MAX_LIST], n_batches;
-    int gen, threads, f32;
+    int gen, threads, f32, no_warmup;
 } model_opts;
 
 typedef struct model_result {
@@ -77,6 +77,7 @@ static int parse_opts(int argc, char **argv, model_opts *o)
         if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has) o->model = argv[++i];
         else if (!strcmp(a, "--backend") && has) o->backend = argv[++i];
         else if (!strcmp(a, "--f32")) o->f32 = 1;
+        else if (!strcmp(a, "--no-warmup")) o->no_warmup = 1;
         else if (!strcmp(a, "--prompt") && has)
             rc = parse_list(a, argv[++i], 1, 1 << 20, o->prompts, &o->n_prompts);
         else if (!strcmp(a, "--batch") && has)
@@ -225,7 +226,7 @@ static int measure_membw(int threads, double *gbs, dsr1_error *err)
     dsr1_pool *pool = NULL;
     double bps = 0;
     DSR1_TRY(dsr1_pool_create(&pool, threads, err));
-    int rc = dsr1_hw_membw(pool, (size_t)512 << 20, 5, &bps, err);
+    int rc = dsr1_hw_membw(pool, (size_t)256 << 20, 3, &bps, err);
     dsr1_pool_free(pool);
     *gbs = bps / 1e9;
     return rc;
@@ -243,6 +244,20 @@ static void print_table(const char *path, dsr1_model *m, const model_opts *o, do
     printf("%7s %5s %5s %10s %12s %9s %11s %9s %9s %8s\n", "prompt", "batch", "gen", "ttft_ms",
            "prefill_t/s", "tpot_ms", "decode_t/s", "step_ms", "eff_GB/s", "%bound");
     for (int i = 0; i < n; i++) print_row(&res[i], o->gen, wbytes, membw);
+}
+
+/* Before anything is timed: one untimed run of 64 prompt tokens (with 8
+ * of R1's 256 experts per token that routes to most of them) and a few
+ * decode steps, so page faults of the first touch of the mapped weights
+ * (reading them from disk, if they are not cached) and first-use
+ * allocations are not charged to the first measured run. */
+static int warm_up(dsr1_model *m, const model_opts *o, dsr1_error *err)
+{
+    if (o->no_warmup) return 0;
+    model_opts w = *o;
+    w.gen = 4;
+    model_result r;
+    return bench_run(m, &w, 64, 1, &r, err);
 }
 
 int dsr1_bench_model(int argc, char **argv)
@@ -267,6 +282,7 @@ int dsr1_bench_model(int argc, char **argv)
     }
     int has1 = 0;
     for (int j = 0; j < o.n_batches; j++) has1 |= o.batches[j] == 1;
+    rc = warm_up(m, &o, &err);
     for (int i = 0; i < o.n_prompts && has1 && !rc; i++)
         rc = bench_run(m, &o, o.prompts[i], 1, &res[n++], &err);
     for (int j = 0; j < o.n_batches && !rc; j++)

@@ -10,31 +10,43 @@
  * the engine takes the kept sequence over, so it is never released here
  * once reused.
  *
- * Owns: options, the turn loop, the /commands, SIGINT handling (a flag; the
- * one piece of global state, allowed in cli/). Terminal input and the
+ * Owns: options, the turn loop, the /commands, SIGINT and SIGWINCH
+ * handling (flags; the only global state, allowed in cli/). Terminal input and the
  * streamed display are chat_io.c; the /save format is chat_save.c.
  */
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <getopt.h>
 #include <locale.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "chat_io.h"
 #include "chat_save.h"
+#include "chat_set.h"
 #include "cli.h"
 #include "common.h"
 #include "run_req.h"
 
-static volatile sig_atomic_t interrupted;
+static volatile sig_atomic_t interrupted, resized;
 
 static void on_sigint(int sig)
 {
     (void)sig;
     interrupted = 1;
 }
+
+static void on_sigwinch(int sig)
+{
+    (void)sig;
+    resized = 1;
+}
+
+/* KV slots: the turn, and the cancelled one whose finish is still owed. */
+enum { CHAT_SEQS = 2 };
 
 typedef struct chat {
     dsr1_model *m;
@@ -68,7 +80,9 @@ static const char usage_text[] =
     "      --top-p P           (default 0.95)\n"
     "      --top-k K           (default 0, off)\n"
     "      --min-p P           (default 0, off)\n"
-    "      --repeat-penalty R  (default 1, off)\n"
+    "      --repetition-penalty R  over the last 64 tokens (default 1, off; also\n"
+    "                          --repeat-penalty)\n"
+    "      --presence-penalty P, --frequency-penalty F  OpenAI's, -2..2 (default 0)\n"
     "      --seed N            turn k samples with seed N + k (default 0)\n"
     "      --think MODE        show, hide or collapse the reasoning (default show)\n"
     "      --no-think          skip the reasoning block (R1)\n"
@@ -79,13 +93,21 @@ static const char usage_text[] =
     "      --verify            check every tensor's hash before loading (reads the whole file)\n"
     "      --threads N         CPU threads (default: one per physical core)\n"
     "      --backend NAME      auto, cpu, cuda or hip (default auto)\n"
+    "      --preload           read the weights into memory first, with progress (default on\n"
+    "                          a terminal when the file is not yet in the page cache)\n"
+    "      --no-preload        do not (pages are then read on first use)\n"
+    "      --mlock             preload and lock the weights in memory\n"
+    "      --no-prefix-cache   compute every prompt in full (default: prompts share the KV\n"
+    "                          cache of a common prefix, e.g. a system prompt)\n"
     "  -h, --help              this help\n";
 
 static const char help_text[] =
     "  /help                 this list\n"
     "  /reset                forget the conversation (keeps the system prompt)\n"
     "  /system TEXT          set the system prompt (empty: none)\n"
-    "  /set NAME VALUE       temperature, top_p, top_k, min_p, repeat_penalty, seed, max_tokens\n"
+    "  /set [NAME VALUE]     list the settings, or set temperature, top_p, top_k, min_p,\n"
+    "                        repetition_penalty, presence_penalty, frequency_penalty,\n"
+    "                        seed or max_tokens\n"
     "  /think show|hide|collapse   how reasoning is displayed\n"
     "  /stats                numbers of the last answer\n"
     "  /save FILE            save the conversation and its KV cache (zstd)\n"
@@ -121,9 +143,24 @@ static void add_message(chat *c, const char *role, const char *content, const ch
     cJSON_AddItemToArray(c->msgs, o);
 }
 
-/* Step until seq finishes (or Ctrl-C cancels it). */
-static int generate(chat *c, int seq, dsr1_gen *g, dsr1_finish *fin, dsr1_error *err)
+/* Prompt progress, once a prefill has taken a noticeable time (short
+ * prompts never show it). */
+static void show_progress(chat *c, int seq, dsr1_chat_view *v, FILE *pf, double t0)
 {
+    dsr1_seq_stats st;
+    int fed = dsr1_engine_seq_fed(c->e, seq);
+    double dt = dsr1_common_now() - t0;
+    if (!pf || dt < 0.3 || dsr1_engine_seq_stats(c->e, seq, &st) || fed >= st.n_prompt) return;
+    dsr1_chat_view_progress(v, pf, fed, st.n_prompt, (fed - st.n_cached) / dt);
+}
+
+/* Step until seq finishes (or Ctrl-C cancels it). pf: where prompt
+ * progress goes (a terminal), or NULL. */
+static int generate(chat *c, int seq, dsr1_gen *g, dsr1_chat_view *v, FILE *pf,
+                    dsr1_finish *fin, dsr1_error *err)
+{
+    double t0 = dsr1_common_now();
+    int answering = 0;
     *fin = DSR1_FINISH_NONE;
     while (*fin == DSR1_FINISH_NONE) {
         if (interrupted) {
@@ -131,17 +168,23 @@ static int generate(chat *c, int seq, dsr1_gen *g, dsr1_finish *fin, dsr1_error 
             *fin = DSR1_FINISH_CANCEL;
             break;
         }
+        if (resized) {
+            resized = 0;
+            dsr1_chat_view_redraw(v);
+        }
         size_t n = 0;
         DSR1_TRY(dsr1_engine_step(c->e, c->ev, &n, err));
         for (size_t i = 0; i < n; i++) {
             const dsr1_event *ev = &c->ev[i];
             if (ev->seq != seq) continue; /* e.g. the finish of a cancelled turn */
+            if (ev->token >= 0) answering = 1;
             if (ev->token >= 0 && dsr1_gen_push(g, ev->token, err) < 0) return DSR1_ENOMEM;
             if (ev->finish == DSR1_FINISH_ERROR)
                 return dsr1_errorf(err, DSR1_EIO, "generation failed: %s",
                                    ev->message ? ev->message : "engine error");
             if (ev->finish) *fin = ev->finish;
         }
+        if (!answering && *fin == DSR1_FINISH_NONE) show_progress(c, seq, v, pf, t0);
     }
     return dsr1_gen_finish(g, err);
 }
@@ -171,6 +214,26 @@ static void end_turn(chat *c, int seq, const dsr1_gen *g)
     c->turns++;
 }
 
+/* How to go on when the conversation fills the context. */
+static void context_hint(const chat *c, int tty)
+{
+    fprintf(stderr, tty ? "dsr1: the conversation fills the context of %d tokens: /reset starts "
+                          "over (/save FILE first keeps it), or restart with a larger --ctx\n"
+                        : "dsr1: the prompt fills the context of %d tokens: shorten it or use a "
+                          "larger --ctx\n", dsr1_engine_ctx(c->e));
+}
+
+/* Why a turn ended, for the line after it; and whether the context is full. */
+static const char *ended(chat *c, int seq, dsr1_finish fin, int *full)
+{
+    dsr1_seq_stats st;
+    *full = fin == DSR1_FINISH_LENGTH && !dsr1_engine_seq_stats(c->e, seq, &st) &&
+            st.n_prompt + st.n_generated >= dsr1_engine_ctx(c->e);
+    return fin == DSR1_FINISH_CANCEL ? "stopped"
+           : *full                  ? "context full"
+           : fin == DSR1_FINISH_LENGTH ? "max_tokens reached" : NULL;
+}
+
 static int turn(chat *c, const char *text, FILE *out, FILE *rout, int tty, dsr1_error *err)
 {
     add_message(c, "user", text, NULL);
@@ -195,14 +258,21 @@ static int turn(chat *c, const char *text, FILE *out, FILE *rout, int tty, dsr1_
     if (rc) { /* nothing was generated: the user turn is taken back */
         cJSON_DeleteItemFromArray(c->msgs, cJSON_GetArraySize(c->msgs) - 1);
         dsr1_gen_free(&g);
+        if (rc == DSR1_ERANGE && n) { /* the prompt does not fit: say so, then how */
+            dsr1_cli_fail(err);
+            context_hint(c, tty);
+            err->msg[0] = 0; /* printed */
+        }
         return rc;
     }
     c->kept = -1; /* handed to the engine with the request */
     dsr1_chat_view_begin(&v, &g, forced);
     dsr1_finish fin;
-    rc = generate(c, seq, &g, &fin, err);
-    dsr1_chat_view_end(&v, fin == DSR1_FINISH_CANCEL ? "stopped"
-                           : fin == DSR1_FINISH_LENGTH ? "max_tokens reached" : NULL);
+    FILE *pf = tty ? stderr : isatty(2) ? stderr : NULL;
+    rc = generate(c, seq, &g, &v, pf, &fin, err);
+    int full = 0;
+    dsr1_chat_view_end(&v, ended(c, seq, fin, &full));
+    if (full) context_hint(c, tty);
     if (!rc || rc == DSR1_EIO) end_turn(c, seq, &g);
     dsr1_gen_free(&g);
     return rc;
@@ -234,25 +304,17 @@ static void cmd_stats(chat *c)
 
 static void cmd_set(chat *c, const char *arg)
 {
-    char name[32];
-    double v;
-    if (sscanf(arg, "%31s %lf", name, &v) != 2) {
-        fprintf(stderr, "usage: /set NAME VALUE (see /help)\n");
+    dsr1_chat_settings st = {&c->sampling, &c->max_tokens};
+    if (!*arg) {
+        dsr1_chat_set_list(&st, stderr);
+        fprintf(stderr, "  %-19s %s\n", "think (/think)",
+                c->mode == DSR1_THINK_SHOW ? "show" : c->mode == DSR1_THINK_HIDE ? "hide"
+                                                                                 : "collapse");
         return;
     }
-    dsr1_sampling *s = &c->sampling;
-    if (!strcmp(name, "temperature") && v >= 0) s->temperature = (float)v;
-    else if (!strcmp(name, "top_p") && v >= 0 && v <= 1) s->top_p = (float)v;
-    else if (!strcmp(name, "top_k") && v >= 0) s->top_k = (int)v;
-    else if (!strcmp(name, "min_p") && v >= 0 && v <= 1) s->min_p = (float)v;
-    else if (!strcmp(name, "repeat_penalty") && v > 0) s->repetition_penalty = (float)v;
-    else if (!strcmp(name, "seed") && v >= 0) s->seed = (uint64_t)v;
-    else if (!strcmp(name, "max_tokens") && v >= 1) c->max_tokens = (int)v;
-    else {
-        fprintf(stderr, "/set: unknown name or value out of range: %s\n", arg);
-        return;
-    }
-    fprintf(stderr, "%s = %g\n", name, v);
+    char msg[256];
+    int rc = dsr1_chat_set(&st, arg, msg, sizeof msg);
+    fprintf(stderr, "%s%s\n", rc ? "dsr1: " : "", msg);
 }
 
 static void forget_kv(chat *c)
@@ -279,21 +341,87 @@ static void cmd_save(chat *c, const char *path)
     free(kv);
 }
 
+/* A loaded conversation must work for the next turn: user and assistant
+ * messages with string contents, and a rendering that leaves room in the
+ * context. 0, or -1 after printing why not. */
+static int check_loaded(chat *c, const char *path, cJSON *msgs, const cJSON *sys)
+{
+    int i = 0;
+    const cJSON *m;
+    if (sys && !cJSON_IsString(sys) && !cJSON_IsNull(sys)) {
+        fprintf(stderr, "dsr1: %s: \"system\" is not a string; not loaded\n", path);
+        return -1;
+    }
+    cJSON_ArrayForEach(m, msgs) {
+        i++;
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        const cJSON *text = cJSON_GetObjectItemCaseSensitive(m, "content");
+        const cJSON *rs = cJSON_GetObjectItemCaseSensitive(m, "reasoning_content");
+        const char *r = cJSON_IsString(role) ? role->valuestring : "";
+        const char *why = !cJSON_IsObject(m) ? "not an object"
+                          : strcmp(r, "user") && strcmp(r, "assistant")
+                              ? "role is not \"user\" or \"assistant\""
+                          : !cJSON_IsString(text) ? "content is not a string"
+                          : rs && (!cJSON_IsString(rs) || strcmp(r, "assistant"))
+                              ? "reasoning_content is not an assistant's string" : NULL;
+        if (why) {
+            fprintf(stderr, "dsr1: %s: message %d: %s; not loaded\n", path, i, why);
+            return -1;
+        }
+    }
+    /* Render it as the next turn will (its own message comes on top). */
+    cJSON *keep_msgs = c->msgs;
+    char *keep_sys = c->system;
+    c->msgs = msgs;
+    c->system = cJSON_IsString(sys) ? sys->valuestring : NULL;
+    dsr1_chat *conv = NULL;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int forced = 0, ctx = dsr1_engine_ctx(c->e);
+    dsr1_error err = {0};
+    int rc = conversation(c, &conv, &err);
+    if (!rc) rc = dsr1_gen_prompt(c->tk, &c->popts, conv, NULL, &ids, &n, &forced, &err);
+    c->msgs = keep_msgs;
+    c->system = keep_sys;
+    dsr1_chat_free(conv);
+    free(ids);
+    if (rc) {
+        fprintf(stderr, "dsr1: %s: the conversation does not render: %s; not loaded\n", path,
+                err.msg);
+        return -1;
+    }
+    if (n + 1 >= (size_t)ctx) {
+        fprintf(stderr, "dsr1: %s: the conversation takes %zu tokens, more than the context of "
+                "%d leaves for an answer; not loaded (start dsr1 chat with --ctx %zu or more)\n",
+                path, n, ctx, n + 1024);
+        return -1;
+    }
+    return 0;
+}
+
+/* The most a save of this context can hold: the header (the conversation
+ * as JSON, reasoning included) and the KV export of a full context. */
+static size_t save_json_max(const chat *c)
+{
+    return ((size_t)64 << 20) + (size_t)dsr1_engine_ctx(c->e) * 256;
+}
+
 static void cmd_load(chat *c, const char *path)
 {
     dsr1_error err = {0};
     cJSON *h = NULL;
     void *kv = NULL;
     size_t len = 0;
-    if (dsr1_chat_save_read(path, &h, &kv, &len, &err)) {
+    if (dsr1_chat_save_read(path, save_json_max(c), dsr1_engine_seq_export_max(c->e), &h, &kv,
+                            &len, &err)) {
         dsr1_cli_fail(&err);
         return;
     }
     cJSON *msgs = cJSON_DetachItemFromObject(h, "messages");
     const cJSON *sys = cJSON_GetObjectItemCaseSensitive(h, "system");
     if (!cJSON_IsArray(msgs)) {
-        fprintf(stderr, "dsr1: %s: no messages in the save\n", path);
-    } else {
+        fprintf(stderr, "dsr1: %s: no messages in the save; not loaded\n", path);
+    } else if (check_loaded(c, path, msgs, sys) == 0) {
         cJSON_Delete(c->msgs);
         c->msgs = msgs;
         msgs = NULL;
@@ -348,11 +476,27 @@ static int command(chat *c, const char *line)
 
 /* ---- loops -------------------------------------------------------------- */
 
+/* mkdir -p (0700 for what it creates: history is private). */
+static int mkdir_p(const char *dir)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "%s", dir);
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = 0;
+        if (mkdir(p, 0700) && errno != EEXIST) return -1;
+        *s = '/';
+    }
+    return mkdir(p, 0700) && errno != EEXIST ? -1 : 0;
+}
+
 static int interactive(chat *c)
 {
     char hist[4200], dir[4096];
     dsr1_common_data_dir(dir, sizeof dir);
     snprintf(hist, sizeof hist, "%s/chat_history", dir);
+    if (mkdir_p(dir) != 0)
+        fprintf(stderr, "dsr1: %s: %s; history will not be kept\n", dir, strerror(errno));
     dsr1_chat_input *in = dsr1_chat_input_open(access(dir, W_OK) == 0 ? hist : NULL, &interrupted);
     if (!in) {
         fprintf(stderr, "dsr1: cannot start the line editor\n");
@@ -376,7 +520,8 @@ static int interactive(chat *c)
         int quit = 0;
         dsr1_error err = {0};
         if (text[0] == '/') quit = command(c, text);
-        else if (text[0] && turn(c, text, stdout, stdout, 1, &err)) dsr1_cli_fail(&err);
+        else if (text[0] && turn(c, text, stdout, stdout, 1, &err) && err.msg[0])
+            dsr1_cli_fail(&err);
         free(text);
         if (quit) break;
     }
@@ -394,7 +539,7 @@ static int piped(chat *c)
     if (dsr1_common_read_all("-", &text, &len, &err)) return dsr1_cli_fail(&err);
     int rc = turn(c, text, stdout, stderr, 0, &err);
     free(text);
-    return rc ? dsr1_cli_fail(&err) : 0;
+    return !rc ? 0 : err.msg[0] ? dsr1_cli_fail(&err) : 1;
 }
 
 /* ---- options and entry -------------------------------------------------- */
@@ -455,7 +600,7 @@ static int open_chat(chat *c, const chat_args *a, dsr1_error *err)
 {
     char path[4096], warn[256];
     DSR1_TRY(dsr1_common_model_path(a->model, path, sizeof path, err));
-    DSR1_TRY(dsr1_common_open_model(&c->m, path, a->backend, a->gen.threads, 0, err));
+    DSR1_TRY(dsr1_common_open_checked(&c->m, path, a->backend, &a->gen, CHAT_SEQS, NULL, 0, err));
     if (!(c->tk = dsr1_model_tokenizer(c->m)))
         return dsr1_errorf(err, DSR1_EUNSUPPORTED, "%s: the model file has no tokenizer", path);
     DSR1_TRY(dsr1_gen_prompt_opts(&c->popts, c->m, a->template_name, a->no_think, warn,
@@ -463,9 +608,10 @@ static int open_chat(chat *c, const chat_args *a, dsr1_error *err)
     if (warn[0]) fprintf(stderr, "dsr1: %s\n", warn);
     dsr1_engine_options eo;
     dsr1_engine_options_default(&eo);
-    eo.max_seqs = 2; /* the turn, and the cancelled one whose finish is still owed */
+    eo.max_seqs = CHAT_SEQS;
     if (a->gen.ctx) eo.ctx = a->gen.ctx;
     eo.spec_draft = a->gen.spec_draft;
+    eo.prefix_cache = !a->gen.no_prefix_cache;
     DSR1_TRY(dsr1_engine_create(&c->e, c->m, &eo, err));
     c->ev = calloc(dsr1_engine_max_events(c->e), sizeof *c->ev);
     c->msgs = cJSON_CreateArray();
@@ -483,6 +629,10 @@ int dsr1_cmd_chat(int argc, char **argv)
     struct sigaction sa = {0};
     sa.sa_handler = on_sigint; /* no SA_RESTART: a read at the prompt returns */
     sigaction(SIGINT, &sa, NULL);
+    struct sigaction sw = {0};
+    sw.sa_handler = on_sigwinch;
+    sw.sa_flags = SA_RESTART; /* a resize never interrupts reading a line */
+    sigaction(SIGWINCH, &sw, NULL);
     chat c = {0};
     c.kept = -1;
     c.sampling = a.sampling;

@@ -15,8 +15,11 @@
  *
  * Display: reasoning arrives before the answer. SHOW streams it dimmed
  * under a "thinking" header; HIDE keeps one in-place counter line; COLLAPSE
- * keeps one in-place line with the latest reasoning text. All three end it
- * with one summary line (tokens, seconds) and then stream the answer.
+ * keeps one in-place line with the latest reasoning text, as much as fits
+ * the terminal's width (measured at every draw, redrawn on SIGWINCH). All
+ * three end it with one summary line (tokens, seconds) and then stream the
+ * answer. Before any of it, a long prompt shows an in-place progress line
+ * (tokens of the prompt computed, rate) that is erased by the first piece.
  */
 #include "chat_io.h"
 
@@ -24,7 +27,9 @@
 #include <histedit.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
+#include <wchar.h>
 
 #include "common.h"
 
@@ -235,18 +240,113 @@ void dsr1_chat_view_begin(dsr1_chat_view *v, const dsr1_gen *gen, int forced_ope
     v->at_bol = 1;
     v->n_tail = 0;
     v->t_think = 0;
+    v->line = NULL;
+    v->drawn = 0;
+    v->line_kind = DSR1_LINE_NONE;
+}
+
+/* ---- the in-place line ---------------------------------------------------
+ *
+ * HIDE, COLLAPSE and the prefill progress keep one line that is redrawn in
+ * place. It is never wider than the terminal minus one column, so it never
+ * wraps as drawn; but when the window is narrowed afterwards, terminals
+ * that reflow (tmux, VTE, kitty, iTerm2) spread it over several rows, so
+ * erasing goes up those rows first and clears to the end of the screen.
+ */
+
+static int term_cols(FILE *f)
+{
+    struct winsize ws;
+    if (ioctl(fileno(f), TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+    return 80;
+}
+
+static void line_erase(dsr1_chat_view *v)
+{
+    if (!v->line) return;
+    int rows = v->drawn > 0 ? (v->drawn - 1) / term_cols(v->line) : 0;
+    if (rows > 0) fprintf(v->line, "\033[%dA\r\033[J", rows);
+    else fputs("\r\033[K", v->line);
+    fflush(v->line);
+    v->line = NULL;
+    v->drawn = 0;
+}
+
+/* Display columns of the UTF-8 character at s (n bytes), at least 0. */
+static int char_cols(const char *s, size_t n)
+{
+    wchar_t wc;
+    mbstate_t st;
+    memset(&st, 0, sizeof st);
+    size_t k = mbrtowc(&wc, s, n, &st);
+    if (k == (size_t)-1 || k == (size_t)-2) return 1;
+    int w = wcwidth(wc);
+    return w < 0 ? 1 : w;
+}
+
+/* Draw head (ASCII) then the end of text[0, n) that fits, dimmed, as the
+ * in-place line on f. */
+static void line_draw(dsr1_chat_view *v, FILE *f, const char *head, const char *text, size_t n)
+{
+    line_erase(v);
+    int room = term_cols(f) - 1, hl = (int)strlen(head);
+    if (hl > room) hl = room;
+    room -= hl;
+    size_t from = n;
+    int used = 0;
+    while (from > 0) { /* back over whole UTF-8 characters while they fit */
+        size_t st = from - 1;
+        while (st > 0 && (text[st] & 0xc0) == 0x80) st--;
+        int w = char_cols(text + st, from - st);
+        if (used + w > room) break;
+        used += w;
+        from = st;
+    }
+    fprintf(f, "%s%.*s%.*s%s", dsr1_chat_dim(v->color), hl, head, (int)(n - from), text + from,
+            dsr1_chat_reset(v->color));
+    fflush(f);
+    v->line = f;
+    v->drawn = hl + used;
 }
 
 /* The in-place line of HIDE / COLLAPSE (terminal only). */
 static void think_status(dsr1_chat_view *v)
 {
     if (!v->tty) return;
-    if (v->mode == DSR1_THINK_HIDE)
-        fprintf(v->rout, "\r\033[K%sthinking... %d tokens%s", dsr1_chat_dim(v->color),
-                v->gen->n_reasoning_tokens, dsr1_chat_reset(v->color));
-    else
-        fprintf(v->rout, "\r\033[K%sthinking: %.*s%s", dsr1_chat_dim(v->color), (int)v->n_tail,
-                v->tail, dsr1_chat_reset(v->color));
+    v->line_kind = DSR1_LINE_THINK;
+    if (v->mode == DSR1_THINK_HIDE) {
+        char b[64];
+        snprintf(b, sizeof b, "thinking... %d tokens", v->gen->n_reasoning_tokens);
+        line_draw(v, v->rout, b, "", 0);
+    } else {
+        line_draw(v, v->rout, "thinking: ", v->tail, v->n_tail);
+    }
+}
+
+void dsr1_chat_view_progress(dsr1_chat_view *v, FILE *f, int done, int total, double rate)
+{
+    char b[96];
+    snprintf(b, sizeof b, "prompt: %d of %d tokens, %.0f tokens/s", done, total, rate);
+    line_draw(v, f, b, "", 0);
+    v->line_kind = DSR1_LINE_PROGRESS;
+    v->p_done = done;
+    v->p_total = total;
+    v->p_rate = rate;
+}
+
+void dsr1_chat_view_redraw(dsr1_chat_view *v)
+{
+    if (!v->line) return;
+    if (v->line_kind == DSR1_LINE_THINK) think_status(v);
+    else if (v->line_kind == DSR1_LINE_PROGRESS)
+        dsr1_chat_view_progress(v, v->line, v->p_done, v->p_total, v->p_rate);
+}
+
+void dsr1_chat_view_progress_end(dsr1_chat_view *v)
+{
+    if (v->line_kind != DSR1_LINE_PROGRESS) return;
+    line_erase(v);
+    v->line_kind = DSR1_LINE_NONE;
 }
 
 /* Keep the last characters of the reasoning on one line (newlines become
@@ -279,8 +379,9 @@ static void think_close(dsr1_chat_view *v, int finished)
     v->t_think = dsr1_common_now() - v->t_think0;
     if (v->mode == DSR1_THINK_SHOW)
         fprintf(v->rout, "%s%s", dsr1_chat_reset(v->color), v->at_bol ? "" : "\n");
-    else if (v->tty)
-        fputs("\r\033[K", v->rout);
+    else
+        line_erase(v);
+    v->line_kind = DSR1_LINE_NONE;
     fprintf(v->rout, "%s-- %s %d tokens, %.1f s --%s\n%s", dsr1_chat_dim(v->color),
             finished ? "thought for" : "reasoning did not finish:",
             v->gen->n_reasoning_tokens, v->t_think, dsr1_chat_reset(v->color),
@@ -293,6 +394,7 @@ static void think_close(dsr1_chat_view *v, int finished)
 void dsr1_chat_view_piece(void *ctx, dsr1_gen_kind kind, const char *text, size_t len)
 {
     dsr1_chat_view *v = ctx;
+    dsr1_chat_view_progress_end(v);
     if (kind == DSR1_GEN_REASONING) {
         if (!v->in_think) think_open(v);
         if (v->mode == DSR1_THINK_SHOW) {
@@ -316,6 +418,7 @@ void dsr1_chat_view_piece(void *ctx, dsr1_gen_kind kind, const char *text, size_
 
 void dsr1_chat_view_end(dsr1_chat_view *v, const char *why)
 {
+    dsr1_chat_view_progress_end(v);
     if (v->in_think) think_close(v, 0);
     if (!v->at_bol) fputc('\n', v->out);
     if (why)

@@ -42,13 +42,29 @@ typedef struct dsr1_chat_view {
     const dsr1_gen *gen;        /* for the reasoning token count */
     int in_think, thought, answer_started, at_bol;
     double t_think0, t_think;   /* start of the reasoning, its duration */
-    char tail[72];              /* collapse: the last reasoning characters */
+    char tail[1024];            /* collapse: the last reasoning characters (more
+                                 * than any terminal line shows) */
     size_t n_tail;
+    FILE *line;                 /* where the in-place line is drawn, or NULL */
+    int drawn;                  /* its width in columns when drawn */
+    int line_kind;              /* DSR1_LINE_* */
+    int p_done, p_total;        /* the last progress shown (for a redraw) */
+    double p_rate;
 } dsr1_chat_view;
+
+enum { DSR1_LINE_NONE = 0, DSR1_LINE_THINK = 1, DSR1_LINE_PROGRESS = 2 };
 
 void dsr1_chat_view_begin(dsr1_chat_view *v, const dsr1_gen *gen, int forced_open);
 /* The dsr1_gen sink (ctx = the view). */
 void dsr1_chat_view_piece(void *ctx, dsr1_gen_kind kind, const char *text, size_t len);
+/* Prompt progress as an in-place line on f (a terminal): "prompt: done of
+ * total tokens, rate tokens/s". Erased by the first piece of the answer, by
+ * dsr1_chat_view_progress_end and by dsr1_chat_view_end. */
+void dsr1_chat_view_progress(dsr1_chat_view *v, FILE *f, int done, int total, double rate);
+void dsr1_chat_view_progress_end(dsr1_chat_view *v);
+/* Draw the in-place line again for the terminal's current width (after
+ * SIGWINCH); nothing when none is shown. */
+void dsr1_chat_view_redraw(dsr1_chat_view *v);
 /* End of the turn: close an open reasoning display (noting when it never
  * ended), finish the answer line. why: NULL, or "stopped" etc. */
 void dsr1_chat_view_end(dsr1_chat_view *v, const char *why);

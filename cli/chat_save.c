@@ -4,12 +4,14 @@
  * Written with zstd's streaming API straight to the file in 1 MiB pieces,
  * so saving a large KV cache needs no second full-size buffer; written to
  * "<path>.tmp" and renamed, so an interrupted save never destroys an
- * earlier one. Read back with the streaming decompressor into one buffer.
+ * earlier one. Read back with the streaming decompressor, every buffer
+ * bounded by the caller's limits (the model's context) before it grows.
  */
 #include "chat_save.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,75 +86,169 @@ int dsr1_chat_save_write(const char *path, const cJSON *header, const void *kv, 
     return rc;
 }
 
-/* The whole decompressed file into a malloc'd buffer. */
-static int inflate_file(const char *path, char **out, size_t *len, dsr1_error *err)
+/* ---- reading --------------------------------------------------------------
+ *
+ * A save is read as a stream with every allocation bounded before it is
+ * made: the header line may be at most max_json bytes, and the KV bytes it
+ * declares at most max_kv (what the engine's context can hold); the KV
+ * buffer then grows with the data that actually arrives, never past the
+ * declared size, so a small crafted file cannot make us allocate gigabytes
+ * (a zstd frame of zeros compresses ~30000:1).
+ */
+
+typedef struct zreader {
+    FILE *f;
+    ZSTD_DCtx *d;
+    char *in;
+    size_t icap;
+    ZSTD_inBuffer ib;
+    size_t last; /* the decoder's last hint: 0 when a frame just ended */
+} zreader;
+
+/* Up to want bytes into dst; fewer only at the end of the file. -1 on a
+ * zstd error (message in err). */
+static long long zr_read(zreader *z, const char *path, void *dst, size_t want, dsr1_error *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return dsr1_errorf(err, DSR1_EIO, "%s: %s", path, strerror(errno));
-    ZSTD_DCtx *d = ZSTD_createDCtx();
-    size_t icap = ZSTD_DStreamInSize(), cap = 1 << 20, n = 0, last = 1;
-    char *in = malloc(icap), *buf = malloc(cap);
-    int rc = !d || !in || !buf ? dsr1_errorf(err, DSR1_ENOMEM, "%s: out of memory", path) : 0;
-    size_t got;
-    while (!rc && (got = fread(in, 1, icap, f)) > 0) {
-        ZSTD_inBuffer ib = {in, got, 0};
-        while (!rc && ib.pos < ib.size) {
-            if (cap - n < (1 << 16)) {
-                char *nb = realloc(buf, cap * 2);
-                if (!nb) rc = dsr1_errorf(err, DSR1_ENOMEM, "%s: out of memory", path);
-                else buf = nb, cap *= 2;
-                if (rc) break;
-            }
-            ZSTD_outBuffer ob = {buf + n, cap - n, 0};
-            last = ZSTD_decompressStream(d, &ob, &ib);
-            if (ZSTD_isError(last))
-                rc = dsr1_errorf(err, DSR1_EFORMAT, "%s: not a dsr1 chat save (zstd: %s)", path,
-                                 ZSTD_getErrorName(last));
-            n += ob.pos;
+    ZSTD_outBuffer ob = {dst, want, 0};
+    while (ob.pos < ob.size) {
+        size_t before = ob.pos, used = z->ib.pos;
+        size_t r = ZSTD_decompressStream(z->d, &ob, &z->ib);
+        if (ZSTD_isError(r)) {
+            dsr1_errorf(err, DSR1_EFORMAT, "%s: not a dsr1 chat save (zstd: %s)", path,
+                        ZSTD_getErrorName(r));
+            return -1;
         }
+        /* A call that moved nothing (no input left after a finished frame)
+         * answers with the next frame's header hint: not a torn frame. */
+        if (ob.pos > before || z->ib.pos > used) {
+            z->last = r;
+            continue;
+        }
+        size_t got = fread(z->in, 1, z->icap, z->f);
+        if (!got) break;
+        z->ib = (ZSTD_inBuffer){z->in, got, 0};
     }
-    if (!rc && last != 0) rc = dsr1_errorf(err, DSR1_EFORMAT, "%s: truncated", path);
-    fclose(f);
-    ZSTD_freeDCtx(d);
-    free(in);
-    if (rc) {
-        free(buf);
-        return rc;
+    return (long long)ob.pos;
+}
+
+/* The magic and header line: *buf holds [0, *n) with the newline at *nl. */
+static int read_head(zreader *z, const char *path, size_t max_json, char **buf, size_t *n,
+                     size_t *nl, dsr1_error *err)
+{
+    size_t m = sizeof magic - 1, limit = m + max_json + 1, cap = 0;
+    *buf = NULL;
+    *n = 0;
+    for (;;) {
+        if (*n == cap) {
+            size_t nc = cap ? cap * 2 : 1 << 16;
+            if (nc > limit) nc = limit;
+            if (nc == cap)
+                return dsr1_errorf(err, DSR1_EFORMAT, "%s: header longer than %zu bytes (the most "
+                                   "a conversation of this context takes)", path, max_json);
+            char *b = realloc(*buf, nc);
+            if (!b) return dsr1_errorf(err, DSR1_ENOMEM, "%s: out of memory", path);
+            *buf = b;
+            cap = nc;
+        }
+        long long got = zr_read(z, path, *buf + *n, cap - *n, err);
+        if (got < 0) return DSR1_EFORMAT;
+        size_t from = *n > m ? *n : m;
+        *n += (size_t)got;
+        if (*n >= m && memcmp(*buf, magic, m))
+            return dsr1_errorf(err, DSR1_EFORMAT, "%s: not a dsr1 chat save", path);
+        char *p = *n > from ? memchr(*buf + from, '\n', *n - from) : NULL;
+        if (p) {
+            *nl = (size_t)(p - *buf);
+            return 0;
+        }
+        if (*n < cap)
+            return dsr1_errorf(err, DSR1_EFORMAT, "%s: not a dsr1 chat save (truncated)", path);
     }
-    *out = buf;
-    *len = n;
+}
+
+/* The header's kv_bytes, checked against the limit. */
+static int kv_size(const cJSON *h, const char *path, size_t max_kv, size_t *out, dsr1_error *err)
+{
+    const cJSON *kb = cJSON_GetObjectItemCaseSensitive(h, "kv_bytes");
+    if (!cJSON_IsObject(h) || !cJSON_IsNumber(kb) || !(kb->valuedouble >= 0) ||
+        kb->valuedouble != (double)(uint64_t)kb->valuedouble || kb->valuedouble > 1e18)
+        return dsr1_errorf(err, DSR1_EFORMAT, "%s: not a dsr1 chat save (header)", path);
+    if (kb->valuedouble > (double)max_kv)
+        return dsr1_errorf(err, DSR1_ERANGE, "%s: %.0f KV bytes, more than this context can hold "
+                           "(%zu bytes)", path, kb->valuedouble, max_kv);
+    *out = (size_t)kb->valuedouble;
     return 0;
 }
 
-int dsr1_chat_save_read(const char *path, cJSON **header, void **kv, size_t *kv_len,
-                        dsr1_error *err)
+/* The KV bytes: `have` of them already read (at pre), then exactly want in
+ * total, then the end of the stream. */
+static int read_kv(zreader *z, const char *path, const char *pre, size_t have, size_t want,
+                   void **kv, dsr1_error *err)
 {
-    char *buf = NULL;
-    size_t n = 0;
-    DSR1_TRY(inflate_file(path, &buf, &n, err));
-    size_t m = sizeof magic - 1;
-    char *nl = n > m ? memchr(buf + m, '\n', n - m) : NULL;
-    if (n < m || memcmp(buf, magic, m) || !nl) {
-        free(buf);
-        return dsr1_errorf(err, DSR1_EFORMAT, "%s: not a dsr1 chat save", path);
+    if (have > want)
+        return dsr1_errorf(err, DSR1_EFORMAT, "%s: more data than the header declares", path);
+    size_t cap = want < (1u << 20) ? want : 1u << 20, n = have;
+    char *b = want ? malloc(cap > have ? cap : have) : NULL;
+    if (want && !b) return dsr1_errorf(err, DSR1_ENOMEM, "%s: out of memory", path);
+    if (have) memcpy(b, pre, have);
+    if (cap < have) cap = have;
+    int rc = 0;
+    while (!rc && n < want) {
+        if (n == cap) {
+            size_t nc = cap * 2 < want ? cap * 2 : want;
+            char *nb = realloc(b, nc);
+            if (!nb) rc = dsr1_errorf(err, DSR1_ENOMEM, "%s: out of memory", path);
+            else b = nb, cap = nc;
+            if (rc) break;
+        }
+        long long got = zr_read(z, path, b + n, cap - n, err);
+        if (got < 0) rc = DSR1_EFORMAT;
+        else if (got == 0) rc = dsr1_errorf(err, DSR1_EFORMAT, "%s: truncated", path);
+        else n += (size_t)got;
     }
-    cJSON *h = cJSON_ParseWithLength(buf + m, (size_t)(nl - (buf + m)));
-    const cJSON *kb = cJSON_GetObjectItemCaseSensitive(h, "kv_bytes");
-    size_t body = n - (size_t)(nl + 1 - buf);
-    if (!cJSON_IsObject(h) || !cJSON_IsNumber(kb) || kb->valuedouble != (double)body) {
-        cJSON_Delete(h);
-        free(buf);
-        return dsr1_errorf(err, DSR1_EFORMAT, "%s: header does not match the %zu KV bytes", path,
-                           body);
+    char extra;
+    long long more = rc ? 0 : zr_read(z, path, &extra, 1, err);
+    if (!rc && more < 0) rc = DSR1_EFORMAT;
+    else if (!rc && more > 0)
+        rc = dsr1_errorf(err, DSR1_EFORMAT, "%s: more data than the header declares", path);
+    else if (!rc && z->last != 0) rc = dsr1_errorf(err, DSR1_EFORMAT, "%s: truncated", path);
+    if (rc) {
+        free(b);
+        return rc;
     }
+    *kv = b;
+    return 0;
+}
+
+int dsr1_chat_save_read(const char *path, size_t max_json, size_t max_kv, cJSON **header,
+                        void **kv, size_t *kv_len, dsr1_error *err)
+{
+    *header = NULL;
     *kv = NULL;
-    *kv_len = body;
-    if (body && (*kv = malloc(body))) memcpy(*kv, nl + 1, body);
+    *kv_len = 0;
+    zreader z = {fopen(path, "rb"), ZSTD_createDCtx(), malloc(ZSTD_DStreamInSize()),
+                 ZSTD_DStreamInSize(), {NULL, 0, 0}, 1};
+    char *buf = NULL;
+    size_t n = 0, nl = 0, want = 0, m = sizeof magic - 1;
+    cJSON *h = NULL;
+    int rc = 0;
+    if (!z.f) rc = dsr1_errorf(err, DSR1_EIO, "%s: %s", path, strerror(errno));
+    else if (!z.d || !z.in) rc = dsr1_errorf(err, DSR1_ENOMEM, "%s: out of memory", path);
+    /* zstd's default window limit (128 MiB) bounds the decoder itself. */
+    if (!rc) rc = read_head(&z, path, max_json, &buf, &n, &nl, err);
+    if (!rc && !(h = cJSON_ParseWithLength(buf + m, nl - m)))
+        rc = dsr1_errorf(err, DSR1_EFORMAT, "%s: not a dsr1 chat save (header is not JSON)", path);
+    if (!rc) rc = kv_size(h, path, max_kv, &want, err);
+    if (!rc) rc = read_kv(&z, path, buf + nl + 1, n - nl - 1, want, kv, err);
+    if (z.f) fclose(z.f);
+    ZSTD_freeDCtx(z.d);
+    free(z.in);
     free(buf);
-    if (body && !*kv) {
+    if (rc) {
         cJSON_Delete(h);
-        return dsr1_errorf(err, DSR1_ENOMEM, "%s: out of memory", path);
+        return rc;
     }
     *header = h;
+    *kv_len = want;
     return 0;
 }

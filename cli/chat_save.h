@@ -23,8 +23,11 @@ struct cJSON;
 int dsr1_chat_save_write(const char *path, const struct cJSON *header, const void *kv,
                          size_t kv_len, dsr1_error *err);
 /* *header: the parsed header (cJSON_Delete it); *kv malloc'd (NULL when
- * none). DSR1_EFORMAT naming the file for anything not written by save. */
-int dsr1_chat_save_read(const char *path, struct cJSON **header, void **kv, size_t *kv_len,
-                        dsr1_error *err);
+ * none). Nothing larger than the limits is allocated: the header line may
+ * take at most max_json bytes and the KV bytes at most max_kv (DSR1_ERANGE
+ * past it). DSR1_EFORMAT naming the file for anything not written by save
+ * (bad magic, torn or extra data, a declared size that does not match). */
+int dsr1_chat_save_read(const char *path, size_t max_json, size_t max_kv,
+                        struct cJSON **header, void **kv, size_t *kv_len, dsr1_error *err);
 
 #endif

@@ -713,6 +713,13 @@ int dsr1_common_gen_flag(const char *cmd, dsr1_gen_flags *f, int c, const char *
         verify_on_load = 1;
         return 0;
     }
+    if (c == DSR1_GEN_MLOCK || c == DSR1_GEN_PRELOAD || c == DSR1_GEN_NOPRELOAD ||
+        c == DSR1_GEN_NOPREFIX) {
+        if (c == DSR1_GEN_NOPREFIX) f->no_prefix_cache = 1;
+        else if (c == DSR1_GEN_MLOCK) f->mlock = 1;
+        else f->preload = c == DSR1_GEN_PRELOAD ? 1 : -1;
+        return 0;
+    }
     int i = c - DSR1_GEN_OPT_BASE;
     double x;
     if (dsr1_common_opt_num(cmd, t[i].flag, v, t[i].lo, t[i].hi, t[i].integer, &x)) return 2;

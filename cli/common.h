@@ -168,7 +168,10 @@ enum {
     DSR1_GEN_OPT_BASE = 1000,
     DSR1_GEN_MAXTOK = DSR1_GEN_OPT_BASE, DSR1_GEN_TEMP, DSR1_GEN_TOPP, DSR1_GEN_TOPK,
     DSR1_GEN_MINP, DSR1_GEN_REP, DSR1_GEN_SEED, DSR1_GEN_CTX, DSR1_GEN_THREADS,
-    DSR1_GEN_SPEC, DSR1_GEN_PRES, DSR1_GEN_FREQ, DSR1_GEN_VERIFY, DSR1_GEN_OPT_END
+    DSR1_GEN_SPEC, DSR1_GEN_PRES, DSR1_GEN_FREQ, DSR1_GEN_VERIFY,
+    DSR1_GEN_MLOCK, DSR1_GEN_PRELOAD, DSR1_GEN_NOPRELOAD, /* memory: no value */
+    DSR1_GEN_NOPREFIX,                                    /* no value */
+    DSR1_GEN_OPT_END
 };
 /* getopt_long entries for the flags above, to splice into a command's table. */
 #define DSR1_GEN_LONGOPTS                                                               \
@@ -189,13 +192,20 @@ enum {
     {"ctx", required_argument, 0, DSR1_GEN_CTX},                                      \
     {"threads", required_argument, 0, DSR1_GEN_THREADS},                              \
     {"spec-draft", required_argument, 0, DSR1_GEN_SPEC},                              \
-    {"verify", no_argument, 0, DSR1_GEN_VERIFY}
+    {"verify", no_argument, 0, DSR1_GEN_VERIFY},                                      \
+    {"mlock", no_argument, 0, DSR1_GEN_MLOCK},                                        \
+    {"preload", no_argument, 0, DSR1_GEN_PRELOAD},                                    \
+    {"no-preload", no_argument, 0, DSR1_GEN_NOPRELOAD},                               \
+    {"no-prefix-cache", no_argument, 0, DSR1_GEN_NOPREFIX}
 
 typedef struct dsr1_gen_flags {
     dsr1_sampling *sampling; /* where the sampling flags go (caller's struct) */
     int *max_tokens;         /* where --max-tokens goes */
     int ctx, threads;        /* 0 = default */
     int spec_draft;          /* -1 adaptive (default), 0 off, 1..8 */
+    int preload;             /* 0 auto (terminal, file not cached), 1 --preload, -1 --no-preload */
+    int mlock;               /* --mlock: preload and lock the weights in memory */
+    int no_prefix_cache;     /* --no-prefix-cache: every prompt computed in full */
 } dsr1_gen_flags;
 
 /* --verify (no value) makes every later dsr1_common_open_model hash the
@@ -204,5 +214,19 @@ typedef struct dsr1_gen_flags {
  * after printing a usage error naming cmd and the flag); -1 when c is not
  * one of them. */
 int dsr1_common_gen_flag(const char *cmd, dsr1_gen_flags *f, int c, const char *v);
+
+/*
+ * Open a model for an engine of max_seqs sequences with the flags g
+ * (common_mem.c): first the memory check (before anything is loaded:
+ * DSR1_ENOMEM with the numbers and what to change when the KV cache and
+ * buffers cannot fit; a warning on stderr when only the weights would not
+ * stay cached), then the preload (--preload, --mlock, or by default on a
+ * terminal for a file less than 90% in the page cache), then
+ * dsr1_common_open_model. par: the command's flag for max_seqs
+ * ("--parallel"), named in the advice; NULL when it has none.
+ */
+int dsr1_common_open_checked(dsr1_model **m, const char *path, const char *backend,
+                             const dsr1_gen_flags *g, int max_seqs, const char *par, int quiet,
+                             dsr1_error *err);
 
 #endif

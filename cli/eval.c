@@ -45,9 +45,11 @@ typedef struct routing {
 static int usage(FILE *f)
 {
     fprintf(f, "usage: dsr1 eval [-m MODEL] [--prompts FILE | --ids ID,ID,...] [--n N]\n"
-               "                 [--threads N] [--json]\n"
+               "                 [--ref FILE] [--threads N] [--json]\n"
                "Compares the fast compute path with the float32 path (teacher-forced):\n"
-               "top-1 agreement, logit cosine, KL(f32 || fast). See dsr1-eval(1).\n");
+               "top-1 agreement, logit cosine, KL(f32 || fast). --ref FILE takes the float32\n"
+               "path of another file with the same shapes instead (the cost of a weight type,\n"
+               "e.g. an INT8 LM head against a BF16 one). See dsr1-eval(1).\n");
     return f == stdout ? 0 : 2;
 }
 
@@ -214,6 +216,19 @@ static void fold(const float *lr, const float *lf, int v, double *tmp, const int
     compare(lr, lf, v, tmp, differs ? &ro->flip : &ro->same);
 }
 
+/* --ref: the two files must describe the same network. */
+static int same_shapes(const dsr1_model *a, const dsr1_model *b, const char *bpath, dsr1_error *err)
+{
+    const dsr1_config *x = dsr1_model_config(a), *y = dsr1_model_config(b);
+    if (x->vocab_size != y->vocab_size || x->hidden_size != y->hidden_size ||
+        x->num_hidden_layers != y->num_hidden_layers || x->n_routed_experts != y->n_routed_experts)
+        return dsr1_errorf(err, DSR1_EINVAL, "%s: --ref: expected the model's shapes (vocab %d, hidden %d, "
+                           "%d layers, %d experts), found vocab %d, hidden %d, %d layers, %d experts",
+                           bpath, x->vocab_size, x->hidden_size, x->num_hidden_layers, x->n_routed_experts,
+                           y->vocab_size, y->hidden_size, y->num_hidden_layers, y->n_routed_experts);
+    return 0;
+}
+
 static int run_eval(dsr1_model *fast, dsr1_model *ref, const seqs *s, stats *st, routing *ro,
                     dsr1_error *err)
 {
@@ -256,24 +271,25 @@ static void print_group(const char *what, const stats *g)
            g->kl_sum / g->pos, g->kl_max);
 }
 
-static void report(const char *path, const dsr1_model *fast, const seqs *s, const stats *st,
-                   const routing *ro, int json)
+static void report(const char *path, const char *refpath, const dsr1_model *fast, const seqs *s,
+                   const stats *st, const routing *ro, int json)
 {
     double pa = st->pos ? 100.0 * st->agree / st->pos : 0;
     double pc = st->clear ? 100.0 * st->clear_agree / st->clear : 100.0;
     const stats *same = &ro->same;
     if (json) {
-        printf("{\"model\":\"%s\",\"sequences\":%d,\"positions\":%ld,\"top1_agree\":%.6f,"
+        printf("{\"model\":\"%s\",\"ref\":\"%s\",\"sequences\":%d,\"positions\":%ld,\"top1_agree\":%.6f,"
                "\"clear_positions\":%ld,\"clear_top1_agree\":%.6f,\"cos_mean\":%.8f,\"cos_min\":%.8f,"
                "\"kl_mean\":%.8g,\"kl_max\":%.8g,\"route_token_layers\":%ld,\"route_differ\":%ld,"
                "\"route_flipped_positions\":%ld,\"same_route_cos_min\":%.8f,\"same_route_kl_max\":%.8g}\n",
-               path, s->n, st->pos, pa / 100, st->clear, pc / 100, st->cos_sum / st->pos, st->cos_min,
+               path, refpath, s->n, st->pos, pa / 100, st->clear, pc / 100, st->cos_sum / st->pos, st->cos_min,
                st->kl_sum / st->pos, st->kl_max, ro->token_layers, ro->differ, ro->flipped,
                same->pos ? same->cos_min : 1.0, same->kl_max);
         return;
     }
     printf("eval: %s\n  fast path: %s\n  %d sequences, %ld positions (teacher-forced)\n", path,
            dsr1_model_describe(fast), s->n, st->pos);
+    printf("  reference: float32 path of %s\n", refpath);
     printf("  top-1 agreement:      %6.2f%% (%ld/%ld)\n", pa, st->agree, st->pos);
     printf("  where f32 margin > 1: %6.2f%% (%ld/%ld)\n", pc, st->clear_agree, st->clear);
     printf("  logit cosine:         mean %.6f  min %.6f\n", st->cos_sum / st->pos, st->cos_min);
@@ -287,7 +303,7 @@ static void report(const char *path, const dsr1_model *fast, const seqs *s, cons
 
 int dsr1_cmd_eval(int argc, char **argv)
 {
-    const char *model = NULL, *prompts = NULL, *ids = NULL;
+    const char *model = NULL, *prompts = NULL, *ids = NULL, *refpath = NULL;
     int threads = 0, json = 0;
     double n = 64;
     for (int i = 1; i < argc; i++) {
@@ -297,6 +313,7 @@ int dsr1_cmd_eval(int argc, char **argv)
         if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has) model = argv[++i];
         else if (!strcmp(a, "--prompts") && has) prompts = argv[++i];
         else if (!strcmp(a, "--ids") && has) ids = argv[++i];
+        else if (!strcmp(a, "--ref") && has) refpath = argv[++i];
         else if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--n") && has) {
             if (dsr1_common_opt_num("eval", "--n", argv[++i], 1, 1 << 20, 1, &n)) return 2;
@@ -316,14 +333,15 @@ int dsr1_cmd_eval(int argc, char **argv)
     static seqs s; /* large arrays: not on the stack (cli/ may keep state) */
     stats st = {.cos_min = 1.0};
     routing rt = {.same = {.cos_min = 1.0}, .flip = {.cos_min = 1.0}};
-    int rc = dsr1_model_open(&ref, path, &ro, &err);
+    int rc = dsr1_model_open(&ref, refpath ? refpath : path, &ro, &err);
     if (!rc) rc = dsr1_model_open(&fast, path, &fo, &err);
+    if (!rc && refpath) rc = same_shapes(fast, ref, refpath, &err);
     if (!rc && ids) rc = parse_ids(ids, &s, (size_t)n, &err);
     else if (!rc && prompts) rc = read_prompts(prompts, dsr1_model_tokenizer(ref), &s, (size_t)n, &err);
     else if (!rc) rc = random_seqs(&s, dsr1_model_config(ref)->vocab_size, (size_t)n, &err);
     if (!rc && s.n == 0) rc = dsr1_errorf(&err, DSR1_EINVAL, "eval: no tokens to evaluate");
     if (!rc) rc = run_eval(fast, ref, &s, &st, &rt, &err);
-    if (!rc) report(path, fast, &s, &st, &rt, json);
+    if (!rc) report(path, refpath ? refpath : path, fast, &s, &st, &rt, json);
     seqs_free(&s);
     dsr1_model_close(fast);
     dsr1_model_close(ref);

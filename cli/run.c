@@ -73,6 +73,12 @@ static const char usage_text[] =
     "      --verify            check every tensor's hash before loading (reads the whole file)\n"
     "  -t, --threads N         CPU threads (default: one per physical core)\n"
     "      --backend NAME      auto, cpu, cuda or hip (default auto)\n"
+    "      --preload           read the weights into memory first, with progress (default on\n"
+    "                          a terminal when the file is not yet in the page cache)\n"
+    "      --no-preload        do not (pages are then read on first use)\n"
+    "      --mlock             preload and lock the weights in memory\n"
+    "      --no-prefix-cache   compute every prompt in full (default: prompts share the KV\n"
+    "                          cache of a common prefix, e.g. a system prompt)\n"
     "  -h, --help              this help\n"
     "\n"
     "llama.cpp spellings are accepted: --temp, --ctx-size, --n-predict, --predict,\n"
@@ -417,7 +423,9 @@ static int open_all(run_args *a, dsr1_model **m, dsr1_engine **e, char *name, si
     snprintf(name, cap, "%s", base ? base + 1 : path);
     if (ends_with(name, ".dsr1")) name[strlen(name) - 5] = 0;
     a->o.model_name = name;
-    DSR1_TRY(dsr1_common_open_model(m, path, a->backend, a->gen.threads, a->o.quiet, err));
+    int seqs = a->prompt && !a->o.in_text ? 1 : a->o.parallel;
+    DSR1_TRY(dsr1_common_open_checked(m, path, a->backend, &a->gen, seqs,
+                                      seqs == 1 ? NULL : "--parallel", a->o.quiet, err));
     if (!dsr1_model_tokenizer(*m))
         return dsr1_errorf(err, DSR1_EUNSUPPORTED, "%s: the model file has no tokenizer", path);
     DSR1_TRY(dsr1_gen_prompt_opts(&a->o.prompt, *m, a->template_name, a->no_think, warn,
@@ -428,6 +436,7 @@ static int open_all(run_args *a, dsr1_model **m, dsr1_engine **e, char *name, si
     eo.max_seqs = a->prompt && !a->o.in_text ? 1 : a->o.parallel;
     if (a->gen.ctx) eo.ctx = a->gen.ctx;
     eo.spec_draft = a->gen.spec_draft;
+    eo.prefix_cache = !a->gen.no_prefix_cache;
     return dsr1_engine_create(e, *m, &eo, err);
 }
 

@@ -11,9 +11,9 @@
  * A request with "n" > 1 runs as n sequences with the same prompt (choice i
  * seeded with the request's seed + i * a large odd constant, choice 0 with
  * the request's own), admitted together when n sequences are free; its
- * record is written when the last one finishes. Each choice computes the
- * prompt itself: the engine has no prefix cache or fork yet (when it has,
- * the choices share the prompt's KV with no change here).
+ * record is written when the last one finishes. The choices share the
+ * prompt's full KV pages through the engine's prefix cache (one computes
+ * them, the others take them as they appear; cached_tokens shows it).
  *
  * Every input line that is not skipped by --resume gets exactly one output
  * record, written with one write(2) as soon as it (and, unless --unordered,

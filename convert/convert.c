@@ -172,6 +172,19 @@ static int is_quantised(dsr1_type t)
     return t == DSR1_T_FP8_E4M3 || t == DSR1_T_INT8 || t == DSR1_T_INT4;
 }
 
+/* The LM heads (lm_head, the MTP shared_head.head) are read whole for every
+ * decoded token: in R1 they are 1.85 GB of BF16, half of what an 8-bit token
+ * reads. --type int8|int4 make them INT8 (row scales; dsr1-convert(1) gives
+ * the measured cost, and INT4 heads cost too much there, as GGUF's Q4_K_M
+ * keeps Q6_K for them); --type fp8 and bf16, and no --type, keep them as
+ * published. */
+static dsr1_type head_type(const dsr1_convert_opts *o, dsr1_type src)
+{
+    if (o->has_type && (o->type == DSR1_T_INT8 || o->type == DSR1_T_INT4)) return DSR1_T_INT8;
+    if (o->has_type && o->type == DSR1_T_BF16) return DSR1_T_BF16;
+    return src;
+}
+
 /* The class rules of convert.h, then the user's globs (later wins). */
 static dsr1_type wanted_type(cv_ctx *c, cv_entry *e, size_t *rule_hits)
 {
@@ -180,8 +193,9 @@ static dsr1_type wanted_type(cv_ctx *c, cv_entry *e, size_t *rule_hits)
     dsr1_type src = natural_type(e->src[0]->dtype), t;
     int matrix = e->ndim >= 2;
     if (!matrix || ends_with(n, ".mlp.gate.weight")) t = DSR1_T_F32;
-    else if (ends_with(n, "embed_tokens.weight") || !strcmp(n, "lm_head.weight") ||
-             ends_with(n, ".shared_head.head.weight")) t = src;
+    else if (ends_with(n, "embed_tokens.weight")) t = src;
+    else if (!strcmp(n, "lm_head.weight") || ends_with(n, ".shared_head.head.weight"))
+        t = head_type(o, src);
     else t = o->has_type ? o->type : src;
     for (size_t i = 0; i < o->n_rules; i++)
         if (fnmatch(o->rules[i].pattern, n, 0) == 0 && (matrix || !is_quantised(o->rules[i].type))) {

@@ -13,8 +13,9 @@
  *   - metadata JSON: config, chat template, bos/eos, provenance.
  * Types: by default FP8 stays FP8 (bytes and scales bit-exact), BF16 stays
  * BF16, I8 becomes INT8 per channel; `type` changes the 2-D linear weights
- * (projections incl. experts and the MTP eh_proj; not embed_tokens, lm_head
- * or shared_head.head); 1-D tensors and the router mlp.gate.weight are
+ * (projections incl. experts and the MTP eh_proj; not embed_tokens); the LM
+ * heads (lm_head, shared_head.head) become INT8 under int8 and int4, BF16
+ * under bf16, and keep their type otherwise; 1-D tensors and the router mlp.gate.weight are
  * always F32 (exact upcast); type_for globs (fnmatch on output names, later
  * wins) override. INT4 needs `in` % 32 == 0; other tensors asked to be INT4
  * keep their source type and are counted in the stats.

@@ -85,6 +85,7 @@ typedef struct dsr1_engine_options {
     dsr1_kv_type kv_type;
     int prefill_chunk;     /* max prompt tokens per sequence per step (default 512) */
     int spec_draft;        /* -1 adaptive (default), 0 off, N fixed draft length */
+    int prefix_cache;      /* 1 (default): share the KV of common prompt prefixes */
 } dsr1_engine_options;
 
 void dsr1_engine_options_default(dsr1_engine_options *o);
@@ -157,6 +158,9 @@ typedef struct dsr1_seq_stats {
      * per step = (steps + accepted) / steps. */
 } dsr1_seq_stats;
 int dsr1_engine_seq_stats(const dsr1_engine *e, int seq, dsr1_seq_stats *st);
+/* Tokens of a sequence whose KV is computed (reused ones included): while
+ * it prefills, its progress through the prompt. -1 for an unknown id. */
+int dsr1_engine_seq_fed(const dsr1_engine *e, int seq);
 
 /* Serialise a kept sequence (its tokens and KV cache, uncompressed) into a
  * malloc'd buffer, and bring one back as a new finished, reusable sequence. */
@@ -164,6 +168,11 @@ int dsr1_engine_seq_export(dsr1_engine *e, int seq, void **buf, size_t *len,
                            dsr1_error *err);
 int dsr1_engine_seq_import(dsr1_engine *e, const void *buf, size_t len, int *seq,
                            dsr1_error *err);
+/* The largest export this engine can make or import (a full context): a
+ * bound for reading a saved sequence back. */
+size_t dsr1_engine_seq_export_max(const dsr1_engine *e);
+/* Tokens per sequence at most (the context the engine was created with). */
+int dsr1_engine_ctx(const dsr1_engine *e);
 
 /* ---- one-shot forward (logits, eval, tests) --------------------------- */
 

@@ -25,6 +25,11 @@
  * and without speculation. Then dsr1_engine_draft (engine_spec.c) feeds the
  * MTP layer and makes the next drafts.
  *
+ * Prefix cache (engine_prefix.c, on unless o.prefix_cache is 0): before a
+ * step's batch is built, prefilling sequences take the KV pages of their
+ * longest cached prompt prefix; after it, the pages they computed are
+ * published to the tree.
+ *
  * (Cancel, release, stats, export and import: engine_seq.c.)
  */
 #include "engine.h"
@@ -52,6 +57,7 @@ void dsr1_engine_options_default(dsr1_engine_options *o)
     o->kv_type = DSR1_KV_BF16;
     o->prefill_chunk = 512;
     o->spec_draft = -1;
+    o->prefix_cache = 1;
 }
 
 /* ---- create / free --------------------------------------------------------- */
@@ -59,13 +65,13 @@ void dsr1_engine_options_default(dsr1_engine_options *o)
 /* Context and KV budget: ctx defaults to the model's maximum, the budget to
  * ctx * max_seqs tokens, both capped so the cache takes at most a quarter
  * of physical memory (it must still hold one full context). */
-static void size_cache(const dsr1_model *m, dsr1_engine_options *o, uint64_t tok_bytes)
+void dsr1_engine_size_cache(int max_pos, dsr1_engine_options *o, uint64_t tok_bytes)
 {
     uint64_t phys = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
     uint64_t cap = phys / 4;
     if (o->ctx <= 0) {
         uint64_t fit = cap / tok_bytes;
-        o->ctx = m->cfg.max_position_embeddings;
+        o->ctx = max_pos;
         if ((uint64_t)o->ctx > fit) o->ctx = (int)(fit > 64 ? fit : 64);
     }
     if (!o->kv_bytes) {
@@ -151,7 +157,8 @@ int dsr1_engine_create(dsr1_engine **out, dsr1_model *m, const dsr1_engine_optio
     /* The exact path keeps the KV in float32 whatever was asked. */
     if (m->compute == DSR1_COMPUTE_F32) o.kv_type = DSR1_KV_F32;
     int row = m->cfg.kv_lora_rank + m->cfg.qk_rope_head_dim;
-    size_cache(m, &o, dsr1_kvcache_token_bytes(o.kv_type, m->n_layers, row));
+    dsr1_engine_size_cache(m->cfg.max_position_embeddings, &o,
+                           dsr1_kvcache_token_bytes(o.kv_type, m->n_layers, row));
     dsr1_engine *e = calloc(1, sizeof *e);
     if (!e) return dsr1_errorf(err, DSR1_ENOMEM, "engine: out of memory");
     e->m = m;
@@ -174,6 +181,7 @@ int dsr1_engine_create(dsr1_engine **out, dsr1_model *m, const dsr1_engine_optio
     for (int i = 0; !rc && i < e->n_seqs; i++) e->seqs[i].slot = -1;
     if (!rc) rc = dsr1_kvcache_create(&e->kv, &ko, err);
     if (!rc) rc = dsr1_fwd_create(&e->fwd, m, e->kv, e->max_batch, err);
+    if (!rc) rc = dsr1_engine_prefix_create(e, err);
     if (rc) {
         dsr1_engine_free(e);
         return rc;
@@ -187,6 +195,8 @@ void dsr1_engine_free(dsr1_engine *e)
     if (!e) return;
     for (int i = 0; e->seqs && i < e->n_seqs; i++) dsr1_engine_seq_clear(e, &e->seqs[i]);
     dsr1_fwd_free(e->fwd);
+    dsr1_prefix_free(e->prefix); /* before the cache whose pages it holds */
+    free(e->pfx_pages);
     dsr1_kvcache_free(e->kv);
     free(e->seqs);
     free(e->b_ids);
@@ -292,6 +302,12 @@ static int adopt(dsr1_engine *e, eseq *s)
     s->slot = old->slot;
     old->slot = -1;
     dsr1_kvcache_truncate(e->kv, s->slot, common);
+    /* Cut back into a page the prefix cache shares: write to a copy, or
+     * (no page free) keep only the whole pages. */
+    if (dsr1_kvcache_own_tail(e->kv, s->slot, NULL)) {
+        common -= common % e->kv->block;
+        dsr1_kvcache_truncate(e->kv, s->slot, common);
+    }
     dsr1_engine_seq_clear(e, old);
     s->n_done = s->n_mtp = common;
     s->h_lag = 0;
@@ -406,7 +422,7 @@ static int build_batch(dsr1_engine *e, plan *p, dsr1_event *ev, size_t *nev)
         for (int i = 0; i < e->n_seqs; i++) {
             eseq *c = &e->seqs[i];
             if (c->state == SEQ_RUNNING && c->n_generated == 0 && c->n_done < c->n_tokens &&
-                (!s || c->order < s->order))
+                (!s || c->order < s->order) && !dsr1_engine_prefix_wait(e, c))
                 s = c;
         }
         if (!s) break;
@@ -562,13 +578,17 @@ int dsr1_engine_step(dsr1_engine *e, dsr1_event *ev, size_t *n_ev, dsr1_error *e
             emit(ev, n_ev, &e->seqs[i], i, -1);
         }
     admit(e);
+    dsr1_engine_prefix_attach(e);
     plan p;
     if (!build_batch(e, &p, ev, n_ev)) return 0;
     DSR1_TRY(run_main(e, &p, err));
     for (int k = 0; k < p.nseq; k++) verify(e, &e->seqs[e->out_seq[k]], ev, n_ev);
-    if (!e->kmax) return 0;
-    double t0 = dsr1_engine_now();
-    int rc = dsr1_engine_draft(e, err);
-    e->t_draft += dsr1_engine_now() - t0;
+    int rc = 0;
+    if (e->kmax) {
+        double t0 = dsr1_engine_now();
+        rc = dsr1_engine_draft(e, err);
+        e->t_draft += dsr1_engine_now() - t0;
+    }
+    if (!rc) dsr1_engine_prefix_step_end(e);
     return rc;
 }

@@ -29,6 +29,7 @@
 #include "dsr1.h"
 #include "forward.h"
 #include "kvcache.h"
+#include "prefix.h"
 #include "spec.h"
 
 /* (The draft override hook, dsr1_draft_fn, is declared in dsr1.h.) */
@@ -96,6 +97,8 @@ struct dsr1_engine {
     dsr1_draft_fn override;  /* test/bench hook or NULL */
     void *override_ctx;
     double t_draft;          /* seconds spent drafting so far (bench --spec) */
+    dsr1_prefix *prefix;     /* prefix cache (engine_prefix.c) or NULL when off */
+    int32_t *pfx_pages;      /* [kv->max_pages] scratch for a match */
 };
 
 /* End of a step (engine_spec.c): MTP rows for everything the main model
@@ -106,10 +109,26 @@ struct dsr1_engine {
 int dsr1_engine_draft(dsr1_engine *e, dsr1_error *err);
 
 double dsr1_engine_now(void);
+/* Fill o->ctx (when 0: max_pos, capped so the cache takes at most a quarter
+ * of physical memory) and o->kv_bytes (when 0) as engine creation does;
+ * also used by the memory estimate (memcheck.c) before loading. */
+void dsr1_engine_size_cache(int max_pos, dsr1_engine_options *o, uint64_t tok_bytes);
 /* Put a DONE or RUNNING sequence's KV slot back (the sequence stays). */
 void dsr1_engine_drop_kv(dsr1_engine *e, eseq *s);
 /* Free everything of a sequence; its id becomes FREE. */
 void dsr1_engine_seq_clear(dsr1_engine *e, eseq *s);
+/* Prefix cache (engine_prefix.c). attach: sequences still at the start of
+ * their prompt (n_done on a page boundary, their pages all from the tree)
+ * take the longest cached prefix, leaving at least one prompt token to
+ * feed. step_end: sequences that prefilled this step add their full pages.
+ * publish: one sequence's full pages (before its slot is given back). */
+int dsr1_engine_prefix_create(dsr1_engine *e, dsr1_error *err);
+void dsr1_engine_prefix_attach(dsr1_engine *e);
+void dsr1_engine_prefix_step_end(dsr1_engine *e);
+void dsr1_engine_prefix_publish(dsr1_engine *e, const eseq *s);
+/* 1 when s should sit out this step's prefill: an earlier sequence is
+ * computing the very page s would compute next. */
+int dsr1_engine_prefix_wait(const dsr1_engine *e, const eseq *s);
 /* A FREE entry, or NULL. */
 eseq *dsr1_engine_free_entry(dsr1_engine *e);
 

@@ -31,6 +31,7 @@ eseq *dsr1_engine_free_entry(dsr1_engine *e)
 
 void dsr1_engine_drop_kv(dsr1_engine *e, eseq *s)
 {
+    dsr1_engine_prefix_publish(e, s); /* its full pages stay, for later prompts */
     if (s->slot >= 0) dsr1_kvcache_seq_free(e->kv, s->slot);
     s->slot = -1;
 }
@@ -78,6 +79,12 @@ void dsr1_engine_release(dsr1_engine *e, int seq)
     /* Releasing a live sequence cancels it first. */
     dsr1_engine_cancel(e, seq);
     dsr1_engine_seq_clear(e, s);
+}
+
+int dsr1_engine_seq_fed(const dsr1_engine *e, int seq)
+{
+    const eseq *s = get(e, seq);
+    return s ? s->n_done : -1;
 }
 
 int dsr1_engine_seq_stats(const dsr1_engine *e, int seq, dsr1_seq_stats *st)
@@ -164,6 +171,15 @@ int dsr1_engine_seq_export(dsr1_engine *e, int seq, void **buf, size_t *len, dsr
     return 0;
 }
 
+size_t dsr1_engine_seq_export_max(const dsr1_engine *e)
+{
+    const dsr1_kvcache *kv = e->kv;
+    return sizeof(seq_header) + (size_t)e->o.ctx * 4 +
+           (size_t)kv->n_layers * (size_t)e->o.ctx * row_bytes(kv);
+}
+
+int dsr1_engine_ctx(const dsr1_engine *e) { return e->o.ctx; }
+
 static int check_import(const dsr1_engine *e, const void *buf, size_t len, seq_header *h,
                         dsr1_error *err)
 {
@@ -213,6 +229,15 @@ int dsr1_engine_seq_import(dsr1_engine *e, const void *buf, size_t len, int *seq
     const unsigned char *q = (const unsigned char *)buf + (h.version == 1 ? SEQ_HEADER_V1 : sizeof h);
     memcpy(s->tokens, q, (size_t)h.n_tokens * 4);
     q += (size_t)h.n_tokens * 4;
+    for (uint32_t i = 0; i < h.n_tokens; i++)
+        if (s->tokens[i] < 0 || s->tokens[i] >= e->m->cfg.vocab_size) {
+            int32_t bad = s->tokens[i];
+            dsr1_kvcache_seq_free(kv, slot);
+            free(s->tokens);
+            s->tokens = NULL;
+            return dsr1_errorf(err, DSR1_EFORMAT, "import: token %d at %u out of the vocabulary "
+                               "(%d)", (int)bad, i, e->m->cfg.vocab_size);
+        }
     rc = move_rows(kv, slot, (int)h.n_kv, (unsigned char *)(uintptr_t)q, 1, err);
     if (rc) {
         dsr1_kvcache_seq_free(kv, slot);

@@ -2,11 +2,13 @@
  * kvcache.c - the paged latent KV cache (layout and invariants in
  * kvcache.h).
  *
- * Owns: page allocation (a free stack), per-slot page tables, and the row
- * codec every backend stores with (F32 / BF16 / FP8 with a per-row scale).
- * The rows' bytes are the backend's (kv_create): this file moves them only
- * through its kv_read / kv_write hooks. Does not know about attention or
- * scheduling: the engine decides who gets pages.
+ * Owns: page allocation (a free stack), per-page holder counts (pages shared
+ * with the prefix cache), per-slot page tables, and the row codec every
+ * backend stores with (F32 / BF16 / FP8 with a per-row scale). The rows'
+ * bytes are the backend's (kv_create): this file moves them only through
+ * its kv_read / kv_write / kv_copy hooks. Does not know about attention,
+ * scheduling or the prefix tree: the engine decides who gets pages, the
+ * tree only holds references and lets them go on reclaim.
  *
  * FP8 rows use scale = amax / 448 over the whole row (latent and rope part
  * together), so a row is one quantisation group, as the per-token-per-layer
@@ -122,7 +124,8 @@ int dsr1_kvcache_create(dsr1_kvcache **out, const dsr1_kvcache_options *o, dsr1_
     kv->n_held = calloc((size_t)o->max_seqs, sizeof(int32_t));
     kv->len = calloc((size_t)o->max_seqs, sizeof(int32_t));
     kv->used = calloc((size_t)o->max_seqs, 1);
-    int rc = !kv->free_pages || !kv->table || !kv->n_held || !kv->len || !kv->used
+    kv->ref = calloc(pages, sizeof(int32_t));
+    int rc = !kv->free_pages || !kv->table || !kv->n_held || !kv->len || !kv->used || !kv->ref
                  ? DSR1_ENOMEM
                  : o->be->kv_create(o->dev, &l, &kv->store, err);
     if (rc) {
@@ -149,6 +152,7 @@ void dsr1_kvcache_free(dsr1_kvcache *kv)
     free(kv->n_held);
     free(kv->len);
     free(kv->used);
+    free(kv->ref);
     free(kv);
 }
 
@@ -185,13 +189,56 @@ int dsr1_kvcache_reserve(dsr1_kvcache *kv, int seq, int new_len, dsr1_error *err
         return dsr1_errorf(err, DSR1_ERANGE, "kv cache: %d tokens exceed the context of %d",
                            new_len, kv->ctx);
     int need = dsr1_kvcache_pages_needed(kv, seq, new_len);
+    if (need > kv->n_free && kv->reclaim) kv->reclaim(kv->reclaim_ctx, need - kv->n_free);
     if (need > kv->n_free)
         return dsr1_errorf(err, DSR1_ERANGE,
                            "kv cache: full (%d pages of %d tokens, %d free, %d needed)",
                            kv->n_pages, kv->block, kv->n_free, need);
     int32_t *tab = kv->table + (size_t)seq * (size_t)kv->max_pages;
-    for (int i = 0; i < need; i++) tab[kv->n_held[seq]++] = kv->free_pages[--kv->n_free];
+    for (int i = 0; i < need; i++) {
+        int32_t p = kv->free_pages[--kv->n_free];
+        kv->ref[p] = 1;
+        tab[kv->n_held[seq]++] = p;
+    }
     if (new_len > kv->len[seq]) kv->len[seq] = new_len;
+    return 0;
+}
+
+void dsr1_kvcache_page_ref(dsr1_kvcache *kv, int32_t page) { kv->ref[page]++; }
+
+void dsr1_kvcache_page_unref(dsr1_kvcache *kv, int32_t page)
+{
+    DSR1_ASSERT(kv->ref[page] > 0);
+    if (--kv->ref[page] == 0) kv->free_pages[kv->n_free++] = page;
+}
+
+void dsr1_kvcache_share(dsr1_kvcache *kv, int seq, const int32_t *pages, int n)
+{
+    DSR1_ASSERT(kv->used[seq] && kv->len[seq] == kv->n_held[seq] * kv->block &&
+                (kv->n_held[seq] + n) * kv->block <= kv->ctx);
+    int32_t *tab = kv->table + (size_t)seq * (size_t)kv->max_pages;
+    for (int i = 0; i < n; i++) {
+        kv->ref[pages[i]]++;
+        tab[kv->n_held[seq]++] = pages[i];
+    }
+    kv->len[seq] = kv->n_held[seq] * kv->block;
+}
+
+int dsr1_kvcache_own_tail(dsr1_kvcache *kv, int seq, dsr1_error *err)
+{
+    int len = kv->len[seq], i = len / kv->block;
+    int32_t *tab = kv->table + (size_t)seq * (size_t)kv->max_pages;
+    if (len % kv->block == 0 || i >= kv->n_held[seq] || kv->ref[tab[i]] <= 1) return 0;
+    if (!kv->n_free && kv->reclaim) kv->reclaim(kv->reclaim_ctx, 1);
+    if (!kv->n_free)
+        return dsr1_errorf(err, DSR1_ERANGE, "kv cache: full (no page for a copy)");
+    int32_t old = tab[i], p = kv->free_pages[kv->n_free - 1];
+    /* The whole page, every layer, inside the backend's storage. */
+    DSR1_TRY(kv->be->kv_copy(kv->dev, kv->store, p, old, err));
+    kv->n_free--;
+    kv->ref[p] = 1;
+    tab[i] = p;
+    dsr1_kvcache_page_unref(kv, old);
     return 0;
 }
 
@@ -201,8 +248,8 @@ void dsr1_kvcache_truncate(dsr1_kvcache *kv, int seq, int len)
     if (len > kv->len[seq]) return;
     int keep = (len + kv->block - 1) / kv->block;
     int32_t *tab = kv->table + (size_t)seq * (size_t)kv->max_pages;
-    /* Push back in reverse so the next allocation reuses the same pages. */
-    while (kv->n_held[seq] > keep) kv->free_pages[kv->n_free++] = tab[--kv->n_held[seq]];
+    /* Let go in reverse so the next allocation reuses the same pages. */
+    while (kv->n_held[seq] > keep) dsr1_kvcache_page_unref(kv, tab[--kv->n_held[seq]]);
     kv->len[seq] = len;
 }
 

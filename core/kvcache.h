@@ -17,10 +17,20 @@
  *     kv_copy hooks (dsr1_kvcache_get_rows/put_rows below); the forward
  *     hands the tables to the backend at each step.
  *
- * Invariants: a slot's pages cover positions [0, len); a page belongs to at
- * most one slot; truncating only drops whole pages past the new length, so
- * rolling back is O(pages dropped) and leaves earlier rows bit-identical.
- * The cache never allocates after dsr1_kvcache_create.
+ * Invariants: a slot's pages cover positions [0, len); truncating only
+ * drops whole pages past the new length, so rolling back is O(pages
+ * dropped) and leaves earlier rows bit-identical. The cache never allocates
+ * after dsr1_kvcache_create.
+ *
+ * Prefix sharing (core/prefix.c): a page may be held by several slots and
+ * by the prefix tree at once; ref[page] counts the holders and a page goes
+ * back to the free stack when the last one lets go. Only full pages below a
+ * slot's computed length are ever shared, and rows are written only at or
+ * past a slot's length, so a shared page is never written except when a
+ * slot is cut back into one (reusing a kept sequence): dsr1_kvcache_own_tail
+ * then gives the slot its own copy first (copy on write). When reserve is
+ * short of pages it asks the reclaim hook (the prefix tree lets go of least
+ * recently used pages) before failing.
  */
 #ifndef DSR1_KVCACHE_H
 #define DSR1_KVCACHE_H
@@ -52,6 +62,11 @@ typedef struct dsr1_kvcache {
     int32_t *n_held;     /* owned [max_seqs] pages held by each slot */
     int32_t *len;        /* owned [max_seqs] tokens stored */
     uint8_t *used;       /* owned [max_seqs] slot allocated */
+    int32_t *ref;        /* owned [n_pages] holders of each page (slots, prefix tree) */
+    /* Called by reserve when fewer than `need` pages are free: free some
+     * (return how many were freed). NULL: none. */
+    int (*reclaim)(void *ctx, int need);
+    void *reclaim_ctx;
 } dsr1_kvcache;
 
 typedef struct dsr1_kvcache_options {
@@ -88,6 +103,17 @@ int dsr1_kvcache_reserve(dsr1_kvcache *kv, int seq, int new_len, dsr1_error *err
 int dsr1_kvcache_pages_needed(const dsr1_kvcache *kv, int seq, int new_len);
 /* Roll a slot back to len tokens (len <= current), freeing whole pages. */
 void dsr1_kvcache_truncate(dsr1_kvcache *kv, int seq, int len);
+
+/* Append n shared pages (full, already written) to a slot whose length is
+ * a whole number of pages; its length grows by n * block. */
+void dsr1_kvcache_share(dsr1_kvcache *kv, int seq, const int32_t *pages, int n);
+/* One more / one less holder of a page (the prefix tree). */
+void dsr1_kvcache_page_ref(dsr1_kvcache *kv, int32_t page);
+void dsr1_kvcache_page_unref(dsr1_kvcache *kv, int32_t page);
+/* Copy on write: make the page holding position len (when len is inside a
+ * page shared with another holder) the slot's own copy. DSR1_ERANGE when no
+ * page is free for the copy (nothing changes). */
+int dsr1_kvcache_own_tail(dsr1_kvcache *kv, int seq, dsr1_error *err);
 
 /* Raw rows [pos, pos + count) of (seq, layer), pos + count <= len, in the
  * backend's exchange form (backend.h: count * row elements of `type`, and

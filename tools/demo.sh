@@ -1,24 +1,32 @@
 #!/bin/sh
-# demo.sh - `make demo`: generate a small checkpoint in the real Hugging Face
-# layout (random weights, the real DeepSeek-V3 tokenizer), convert it to one
-# .dsr1 file, and answer the example prompt set with `dsr1 run`.
-# The weights are random: the answers are nonsense by design. See README.md
-# for running a real DeepSeek-R1 checkpoint.
+# demo.sh - `make demo`: unpack the trained tiny DeepSeek-R1 checked into
+# models/tiny-r1 (real DeepSeek-V3 architecture and Hugging Face FP8 layout,
+# the real tokenizer and R1 chat template, trained on the synthetic tasks
+# described in models/tiny-r1/README.md), convert it to one .dsr1 file, and
+# answer the example prompt set (prompts/examples.jsonl) with `dsr1 run`,
+# greedy, printing each reasoning apart from its answer.
+# It is undertrained: answers have the right form, but most numbers and words
+# in them are wrong (models/tiny-r1/README.md has its accuracy).
 set -e
 cd "$(dirname "$0")/.."
 dir=build/demo
 mkdir -p "$dir"
-if [ ! -f "$dir/ckpt/config.json" ]; then
-    echo "== generating a small synthetic DeepSeek-V3-layout checkpoint in $dir/ckpt"
-    build/gen_ckpt --preset small --tokenizer tests/fixtures/tokenizer --out "$dir/ckpt"
+if [ ! -f "$dir/tiny-r1/config.json" ] || [ models/tiny-r1/tiny-r1.tar.zst -nt "$dir/tiny-r1/config.json" ]; then
+    echo "== unpacking models/tiny-r1/tiny-r1.tar.zst into $dir/tiny-r1"
+    rm -rf "$dir/tiny-r1" "$dir/tiny-r1.dsr1"
+    zstd -dc models/tiny-r1/tiny-r1.tar.zst | tar -x -C "$dir"
+    touch "$dir/tiny-r1/config.json"
 fi
-if [ ! -f "$dir/demo.dsr1" ]; then
-    echo "== dsr1 convert $dir/ckpt -o $dir/demo.dsr1"
-    ./dsr1 convert "$dir/ckpt" -o "$dir/demo.dsr1"
+if [ ! -f "$dir/tiny-r1.dsr1" ]; then
+    echo "== dsr1 convert $dir/tiny-r1 -o $dir/tiny-r1.dsr1"
+    ./dsr1 convert "$dir/tiny-r1" -o "$dir/tiny-r1.dsr1"
 fi
-echo "== dsr1 info $dir/demo.dsr1"
-./dsr1 info "$dir/demo.dsr1" | head -20
-echo "== dsr1 run --in prompts/examples.jsonl   (random weights: expect nonsense)"
-./dsr1 run -m "$dir/demo.dsr1" --in prompts/examples.jsonl --out "$dir/results.jsonl" --overwrite --max-tokens 32 --seed 1
-cat "$dir/results.jsonl"
-echo "== results in $dir/results.jsonl"
+echo "== dsr1 info $dir/tiny-r1.dsr1"
+./dsr1 info "$dir/tiny-r1.dsr1" | head -20
+echo "== dsr1 run -m $dir/tiny-r1.dsr1 --in prompts/examples.jsonl --temperature 0   (undertrained: right form, mostly wrong answers)"
+./dsr1 run -m "$dir/tiny-r1.dsr1" --in prompts/examples.jsonl --out "$dir/results.jsonl" --overwrite --temperature 0
+echo
+python3 tools/train/show.py prompts/examples.jsonl "$dir/results.jsonl"
+echo "== raw results in $dir/results.jsonl"
+echo "== chat with it (six task families, undertrained: see models/tiny-r1/README.md):"
+echo "   ./dsr1 chat -m $dir/tiny-r1.dsr1 --temperature 0"

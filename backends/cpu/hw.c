@@ -1,5 +1,5 @@
 /*
- * hw.c - hardware detection (see hw.h) and the memory bandwidth probe.
+ * hw.c - hardware detection (see hw.h); the bandwidth probe is membw.c.
  *
  * Does not: choose thread counts or print anything (cli/info_hw.c reports),
  * or initialise GPU contexts beyond counting devices.
@@ -211,60 +211,4 @@ const char *dsr1_hw_backend(const dsr1_hw *hw)
 const char *dsr1_hw_kernels(const dsr1_hw *hw)
 {
     return hw->kernels_avx512 ? "avx512-bf16-vnni" : "portable";
-}
-
-/* ---- memory bandwidth ----------------------------------------------------------------- */
-
-typedef struct bw_ctx {
-    const uint64_t *buf;
-    size_t words;
-    int avx512;          /* read the way the AVX-512 kernels do */
-    uint64_t sink[1024]; /* per task, so the reads are not optimised away */
-} bw_ctx;
-
-static void bw_task(void *ctx, int task, int ntasks)
-{
-    bw_ctx *b = ctx;
-    size_t lo = b->words * (size_t)task / (size_t)ntasks, hi = b->words * (size_t)(task + 1) / (size_t)ntasks;
-    if (b->avx512) {
-        b->sink[task % 1024] = dsr1_membw_read_avx512(b->buf + lo, (hi - lo) * 8);
-        return;
-    }
-    /* Eight independent chains so the loads overlap; the compiler
-     * vectorises the loop with whatever the baseline ISA offers. */
-    uint64_t s[8] = {0};
-    size_t i = lo;
-    for (; i + 8 <= hi; i += 8)
-        for (int k = 0; k < 8; k++) s[k] ^= b->buf[i + k];
-    for (; i < hi; i++) s[0] ^= b->buf[i];
-    b->sink[task % 1024] = s[0] ^ s[1] ^ s[2] ^ s[3] ^ s[4] ^ s[5] ^ s[6] ^ s[7];
-}
-
-int dsr1_hw_membw(dsr1_pool *p, size_t bytes, int reps, double *bytes_per_s, dsr1_error *err)
-{
-    size_t words = bytes / 8;
-    uint64_t *buf = aligned_alloc(64, words * 8);
-    bw_ctx *b = calloc(1, sizeof *b);
-    if (!buf || !b) {
-        free(buf);
-        free(b);
-        return dsr1_errorf(err, DSR1_ENOMEM, "membw: cannot allocate %zu bytes", bytes);
-    }
-    for (size_t i = 0; i < words; i++) buf[i] = i * 0x9e3779b97f4a7c15ull;
-    b->buf = buf;
-    b->words = words;
-    b->avx512 = dsr1_mm_avx512_usable();
-    double best = 0;
-    for (int r = 0; r < (reps > 0 ? reps : 1); r++) {
-        struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
-        dsr1_pool_run(p, bw_task, b, dsr1_pool_size(p));
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-        if (s > 0 && (double)(words * 8) / s > best) best = (double)(words * 8) / s;
-    }
-    *bytes_per_s = best;
-    free(buf);
-    free(b);
-    return 0;
 }

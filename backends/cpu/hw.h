@@ -48,9 +48,34 @@ const char *dsr1_hw_backend(const dsr1_hw *hw);
 /* Short description of the CPU kernel set: "avx512-bf16-vnni" or "portable". */
 const char *dsr1_hw_kernels(const dsr1_hw *hw);
 
-/* Streaming read bandwidth in bytes/s: every pool thread reads its share of
- * a `bytes` buffer (allocated and touched first), best of `reps` passes.
- * DSR1_ENOMEM when the buffer cannot be allocated. */
+/* The bandwidth probe (membw.c). A buffer of `bytes` is read in every
+ * configuration below, the configurations interleaved pass by pass (so a
+ * burst of load from other processes hits them all alike), `reps` passes
+ * each:
+ *   threads  1 .. pool size (tasks run on that many pool threads);
+ *   split    "blocks": each thread one contiguous share (what a large
+ *            GEMV's row split reads); "stripes": 64 KiB stripes dealt
+ *            round-robin (threads close together in memory);
+ *   prefetch software prefetch distance in bytes, 0 = none (AVX-512 only:
+ *            0, 2048, 8192; the portable loop has none);
+ *   pages    2 MiB (madvise MADV_HUGEPAGE) or 4 KiB (MADV_NOHUGEPAGE,
+ *            what a file mapping such as a model's weights gets).
+ * For each: the median and best pass in bytes/s. */
+typedef struct dsr1_membw_cfg {
+    int threads, stripes, prefetch, huge;
+    double median, best; /* bytes/s */
+} dsr1_membw_cfg;
+
+#define DSR1_MEMBW_MAX_CFG 256
+
+/* Fills cfg[0..*n) (at most DSR1_MEMBW_MAX_CFG; thread counts beyond what
+ * fits are skipped) and returns in *bound the best pass of all: what this
+ * machine can stream, the honest denominator of "% of bound". max_threads
+ * 0: the pool's size. DSR1_ENOMEM when the buffers cannot be allocated. */
+int dsr1_hw_membw_probe(dsr1_pool *p, size_t bytes, int reps, int max_threads, dsr1_membw_cfg *cfg,
+                        int *n, double *bound, dsr1_error *err);
+
+/* The bound alone (the probe above with every thread count of the pool). */
 int dsr1_hw_membw(dsr1_pool *p, size_t bytes, int reps, double *bytes_per_s,
                   dsr1_error *err);
 

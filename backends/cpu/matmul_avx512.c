@@ -41,7 +41,10 @@
 #define MR 4   /* microkernel rows */
 #define NR 6   /* microkernel tokens */
 #define PANEL 16
-#define PREFETCH 4096 /* bytes ahead in a weight row */
+#ifndef DSR1_MM_PREFETCH
+#define DSR1_MM_PREFETCH 4096
+#endif
+#define PREFETCH DSR1_MM_PREFETCH /* bytes ahead in a weight row */
 
 #define INLINE static inline __attribute__((always_inline))
 

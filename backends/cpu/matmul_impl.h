@@ -102,9 +102,10 @@ void dsr1_mm_int8_rows_avx512(const float *x, int64_t ldx, int n, int64_t cols, 
  * the OS saving zmm state). Executes cpuid: cache the answer. */
 int dsr1_mm_avx512_usable(void);
 
-/* Read `bytes` once, as fast as the matmul kernels read weights; returns a
- * value depending on every byte (membw_avx512.c; AVX-512 CPUs only). */
-uint64_t dsr1_membw_read_avx512(const void *buf, size_t bytes);
+/* Read `bytes` once with 64-byte loads, software prefetch `prefetch` bytes
+ * ahead (0: none); returns a value depending on every byte
+ * (membw_avx512.c; AVX-512 CPUs only). */
+uint64_t dsr1_membw_read_avx512(const void *buf, size_t bytes, int prefetch);
 
 /* `iters` rounds of 24 independent dot-product instructions of the mode
  * on registers (dsr1_matmul_peak_gflops); returns the multiply-adds done. */

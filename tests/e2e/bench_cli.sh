@@ -13,6 +13,17 @@ grep -q '^int8  int8 ' "$TMPDIR/k" || { echo "FAIL: no W8A8 row"; fail=1; }
 
 "$DSR1" bench membw --size 64 >"$TMPDIR/m" || { echo "FAIL: bench membw exit"; fail=1; }
 grep -Eq '^membw: [0-9]+\.[0-9] GB/s' "$TMPDIR/m" || { echo "FAIL: membw line:"; cat "$TMPDIR/m"; fail=1; }
+# The probe's table at --threads 2: every (threads 1..2) x split x prefetch
+# x pages row, all positive, and the bound line is the best pass of them.
+"$DSR1" bench membw --size 64 --threads 2 --reps 3 >"$TMPDIR/m2" || { echo "FAIL: membw --threads 2"; fail=1; }
+if grep -q avx512 "$TMPDIR/k"; then want=24; else want=8; fi
+awk -v want=$want '
+    $1 ~ /^[12]$/ && ($2 == "blocks" || $2 == "stripes") && ($4 == "4K" || $4 == "2M") && $5 > 0 && $6 >= $5 {
+        rows++; seen[$1 " " $2 " " $3 " " $4]++; if ($6 > best) best = $6 }
+    /^membw: [0-9.]+ GB\/s streaming read/ { bound = $2 }
+    END { ok = rows == want && length(seen) == want && bound + 0 > 0 && bound + 0.05 >= best && bound - 0.05 <= best
+          if (!ok) print "FAIL: membw probe: " rows " rows (want " want "), bound " bound ", best " best
+          exit !ok }' "$TMPDIR/m2" || { cat "$TMPDIR/m2"; fail=1; }
 
 "$DSR1" info --hw >"$TMPDIR/h" || { echo "FAIL: info --hw exit"; fail=1; }
 for p in "cpu:" "kernels:" "cores:" "numa:" "memory:" "backend:    cpu"; do

@@ -32,6 +32,34 @@ if not ok:
 sys.exit(0 if ok else 1)
 PY
 
+# --ref: an INT8 conversion (INT8 LM heads by default) against the float32
+# path of one with BF16 heads: the same body, so the difference from the
+# BF16-head file's own eval is the head's cost, which must be small (KL up
+# by < 0.01 nats, cosine down by < 0.001). A file of other shapes is a
+# runtime error naming it.
+"$DSR1" convert "$FIXTURES/tiny/ckpt" -o "$TMPDIR/i8.dsr1" --type int8 --quiet &&
+"$DSR1" convert "$FIXTURES/tiny/ckpt" -o "$TMPDIR/i8b.dsr1" --type int8 --quiet \
+    --type-for 'lm_head.weight=bf16' --type-for '*.shared_head.head.weight=bf16' ||
+    { echo "FAIL: convert int8"; exit 1; }
+"$DSR1" eval -m "$TMPDIR/i8b.dsr1" --n 23 --json >"$TMPDIR/v0" 2>"$TMPDIR/e" &&
+"$DSR1" eval -m "$TMPDIR/i8.dsr1" --ref "$TMPDIR/i8b.dsr1" --n 23 --json >"$TMPDIR/v" 2>"$TMPDIR/e" ||
+    { echo "FAIL: eval --ref exit"; cat "$TMPDIR/e"; fail=1; }
+python3 - "$TMPDIR/v0" "$TMPDIR/v" "$TMPDIR/i8b.dsr1" <<'PY' || fail=1
+import json, sys
+b, r = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+ok = (r["ref"] == sys.argv[3] and r["positions"] == 92 and r["kl_mean"] < b["kl_mean"] + 0.01
+      and r["cos_mean"] > b["cos_mean"] - 0.001)
+if not ok:
+    print("FAIL: INT8 head vs BF16 head:", b, r)
+sys.exit(0 if ok else 1)
+PY
+if [ -x "$BUILD/gen_ckpt" ]; then
+    "$BUILD/gen_ckpt" --preset tiny --vocab 300 --out "$TMPDIR/ck300" &&
+        "$DSR1" convert "$TMPDIR/ck300" -o "$TMPDIR/v300.dsr1" --quiet || { echo "FAIL: gen_ckpt"; exit 1; }
+    "$DSR1" eval -m "$M" --ref "$TMPDIR/v300.dsr1" --n 4 >/dev/null 2>"$TMPDIR/e"; rc=$?
+    [ $rc -eq 1 ] && grep -q "v300.dsr1: --ref: expected the model's shapes" "$TMPDIR/e" ||
+        { echo "FAIL: --ref of other shapes: exit $rc"; cat "$TMPDIR/e"; fail=1; }
+fi
 "$DSR1" eval -m "$M" --ids 1,2,999999 >/dev/null 2>"$TMPDIR/e"; rc=$?
 [ $rc -eq 1 ] && grep -q "vocab" "$TMPDIR/e" || { echo "FAIL: out-of-vocab id: exit $rc"; cat "$TMPDIR/e"; fail=1; }
 "$DSR1" eval -m "$M" --ids 1,,2 >/dev/null 2>&1; rc=$?

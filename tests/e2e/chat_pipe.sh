@@ -25,4 +25,10 @@ printf 'x' | XDG_DATA_HOME=$TMPDIR/none DSR1_MODEL= $DSR1 chat >/dev/null 2>"$TM
 [ $? -eq 1 ] || bad "no model: exit not 1"
 grep -q 'dsr1 convert' "$TMPDIR/e2" || bad "no model: no hint"
 $DSR1 chat --think sideways 2>/dev/null; [ $? -eq 2 ] || bad "bad --think: exit not 2"
+# A prompt longer than the context: refused, with how to go on.
+python3 -c 'print(" ".join(["w%d" % i for i in range(80)]))' |
+    $DSR1 chat -m "$M" --ctx 64 >/dev/null 2>"$TMPDIR/e3"
+[ $? -eq 1 ] || bad "prompt over the context: exit not 1"
+grep -q 'does not fit the context of 64' "$TMPDIR/e3" || bad "no context error: $(cat "$TMPDIR/e3")"
+grep -q 'shorten it or use a larger --ctx' "$TMPDIR/e3" || bad "no hint: $(cat "$TMPDIR/e3")"
 exit $fail

@@ -6,13 +6,15 @@
 # /think hide, NO_COLOR, then Ctrl-C twice / Ctrl-D to leave.
 set -u
 command -v tmux >/dev/null || { echo "tmux not installed"; exit 77; }
+# A private tmux server per run: other tests' tmux sessions never race with ours.
+tmux() { command tmux -L "dsr1-e2e-$$" "$@"; }
 M=$TMPDIR/m.dsr1
 . tests/e2e/lib/tiny_model.sh
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 S=dsr1-chat-$$
 export TMUX= # allow running inside tmux
-cleanup() { tmux kill-session -t "$S" 2>/dev/null; }
+cleanup() { tmux kill-session -t "$S" 2>/dev/null; tmux kill-server 2>/dev/null; }
 trap cleanup EXIT
 
 start() { # extra env and options

@@ -22,7 +22,8 @@ static void load(const uint8_t *data, size_t size)
     void *kv = NULL;
     size_t kv_len = 0;
     dsr1_error err = {0};
-    if (dsr1_chat_save_read(path, &h, &kv, &kv_len, &err) == 0) {
+    /* Limits as chat passes them (the context bounds them): small here. */
+    if (dsr1_chat_save_read(path, (size_t)1 << 20, (size_t)16 << 20, &h, &kv, &kv_len, &err) == 0) {
         volatile uint8_t sink = kv_len ? ((const uint8_t *)kv)[kv_len - 1] : 0;
         (void)sink;
         cJSON_Delete(h);

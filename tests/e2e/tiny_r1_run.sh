@@ -1,0 +1,35 @@
+#!/bin/sh
+# tiny_r1_run.sh - the trained tiny R1 through `dsr1 run` (greedy) on 4
+# held-out prompts per task family (corpus seed 3; training used seed 1):
+# - FP8 as published, speculative decoding on (adaptive MTP drafts): every
+#   result has the trained shape (reasoning then an answer; the tool turn is
+#   one get_weather call with a {"city": ...} argument, parsed by dsr1), and
+#   MTP drafts are accepted on these trained weights;
+# - the same results, token for token, with --spec-draft 0, -j 1 and -j 16;
+# - INT4, INT8 and BF16 files: the trained shape again.
+# The per-family accuracy is printed, not asserted: this model does not reach
+# the issue's 95% (models/tiny-r1/README.md has the figures and why).
+set -u
+command -v python3 >/dev/null || { echo "python3 not installed"; exit 77; }
+. tests/e2e/lib/tiny_r1.sh
+fail=0
+ev() { # model, evaluate.py options, then -- dsr1 run options
+    python3 tools/train/evaluate.py --dsr1 "$DSR1" -m "$@" || fail=1
+}
+B=$TMPDIR/base.jsonl
+S="--seed 3 --per-family 4 --min 0"
+ev "$R1M" $S --check-format --save "$B"
+python3 -c '
+import json, sys
+acc = sum(json.loads(l)["usage"]["speculative"]["accepted"] for l in open(sys.argv[1]))
+print("MTP drafts accepted:", acc)
+sys.exit(acc == 0)' "$B" || { echo "FAIL: no MTP draft accepted"; fail=1; }
+ev "$R1M" $S --same-as "$B" -- --spec-draft 0
+ev "$R1M" $S --same-as "$B" -- -j 1
+ev "$R1M" $S --same-as "$B" -- -j 16
+for t in int4 int8 bf16; do
+    tiny_r1_type $t
+    echo "type $t:"
+    ev "$TMPDIR/tiny-r1-$t.dsr1" $S --check-format
+done
+exit $fail

@@ -1,0 +1,169 @@
+#!/bin/sh
+# bench_peer.sh - `make bench-peer`: dsr1 against llama.cpp and ik_llama.cpp
+# on this machine, on the same weights, interleaved, and the ratios.
+#
+#   LLAMA_SRC=/path/to/llama.cpp IK_SRC=/path/to/ik_llama.cpp tools/bench_peer.sh
+#
+# What it does, in order (each step skipped when its output exists):
+#  1. builds llama-bench and llama-quantize of each source tree given in a
+#     build folder of its own under $W (never inside the source tree), with
+#     -DGGML_NATIVE=ON (ik_llama.cpp also -DGGML_IQK_FA_ALL_QUANTS=OFF: the
+#     flash-attention kernels of every quant type take an hour to build on
+#     two cores and these runs use F16 KV);
+#  2. generates the r1-shape checkpoint (gen_ckpt --preset r1: R1's layer
+#     shapes, 3 layers, 32 experts; ~13 GB of FP8) unless CKPT names one;
+#  3. converts it, one type at a time, for dsr1 (`dsr1 convert --type T`)
+#     and to the matching GGUF (tools/gguf_from_ckpt.py writes BF16, Q8_0
+#     and Q4_0 from the same FP8 x block-scale values dsr1 starts from, with
+#     ggml's reference quantisers; Q4=q4_k_m goes through BF16 and the
+#     peers' llama-quantize):
+#       dsr1 fp8, int8  vs  Q8_0       dsr1 int4  vs  Q4_0 (Q4=q4_k_m: Q4_K_M)
+#       dsr1 bf16       vs  BF16
+#     Both INT4 sides keep the LM head at 8 bits (dsr1 INT8, GGUF Q8_0).
+#  4. for each pair, ROUNDS rounds (default 3), each round running dsr1,
+#     llama.cpp and ik_llama.cpp once in turn (interleaved: a burst of load
+#     from other processes hits all three alike) with the same threads:
+#       dsr1 bench -m F --prompt 512 --gen 32 --batch 1 --threads T
+#       llama-bench -m G -p 512 -n 32 -t T -r 1          (llama.cpp)
+#       llama-bench -m G -p 512 -n 32 -t T -r 1 -mla 3 -fmoe 1   (ik_llama.cpp)
+#     and prints the medians of prefill (pp512) and decode (tg32) tokens/s
+#     and the ratios dsr1 / peer, with the CPU named.
+#
+# Knobs: W (work folder, default build/peer; holds the 13 GB checkpoint and
+# one pair at a time: at most ~19 GB more for fp8, 31 GB for bf16), TYPES
+# (default "fp8 int8 int4"; bf16 needs memory for a BF16 model twice over,
+# ~23 GB for this preset), THREADS (default 2), ROUNDS, PP (512), TG (32),
+# CKPT, Q4 (q4_0), KEEP=1 keeps the converted files (else each pair's files
+# are deleted after its rounds). Either source may be left out; its columns
+# are then "-".
+# Prints the table to stdout and to $W/peer.txt; the raw runs go to
+# $W/runs.txt.
+set -eu
+DSR1=${DSR1:-./dsr1}
+BUILD=${BUILD:-build}
+W=${W:-$BUILD/peer}
+TYPES=${TYPES:-fp8 int8 int4}
+THREADS=${THREADS:-2}
+ROUNDS=${ROUNDS:-3}
+PP=${PP:-512}
+TG=${TG:-32}
+Q4=${Q4:-q4_0}
+PY=${PYTHON:-/usr/bin/python3}
+HERE=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$W"
+W=$(cd "$W" && pwd)
+cp "$DSR1" "$W/dsr1.snapshot" # a rebuild during the run must not swap it out
+DSR1=$W/dsr1.snapshot
+say() { echo "bench-peer: $*" >&2; }
+
+# ---- 1. peers ----------------------------------------------------------------
+build_peer() { # name src extra-cmake-args...
+    name=$1 src=$2
+    shift 2
+    b=$W/build-$name
+    if [ -x "$b/bin/llama-bench" ] && [ -x "$b/bin/llama-quantize" ]; then return 0; fi
+    [ -f "$src/CMakeLists.txt" ] || { say "$name: $src is not a source tree (no CMakeLists.txt)"; exit 1; }
+    say "building $name from $src in $b (takes a while on 2 cores)"
+    nice -n 10 cmake -S "$src" -B "$b" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF "$@" >"$b.cmake.log" 2>&1 ||
+        { say "$name: cmake failed, see $b.cmake.log"; exit 1; }
+    nice -n 10 cmake --build "$b" -j"$(nproc)" --target llama-bench llama-quantize >"$b.build.log" 2>&1 ||
+        { say "$name: build failed, see $b.build.log"; exit 1; }
+}
+LL= IK=
+if [ -n "${LLAMA_SRC:-}" ]; then build_peer llama "$LLAMA_SRC"; LL=$W/build-llama/bin; fi
+if [ -n "${IK_SRC:-}" ]; then build_peer ik "$IK_SRC" -DGGML_IQK_FA_ALL_QUANTS=OFF; IK=$W/build-ik/bin; fi
+[ -n "$LL$IK" ] || say "note: neither LLAMA_SRC nor IK_SRC given: dsr1 alone"
+QUANT=${LL:-$IK}/llama-quantize
+
+# ---- 2./3. weights ------------------------------------------------------------
+CKPT=${CKPT:-$W/ckpt-r1}
+if [ ! -f "$CKPT/config.json" ]; then
+    say "generating the r1-shape checkpoint into $CKPT"
+    rm -rf "$CKPT.tmp"
+    nice -n 10 "$BUILD/gen_ckpt" --out "$CKPT.tmp" --preset r1
+    mv "$CKPT.tmp" "$CKPT"
+fi
+gguf_for() { # dsr1 type -> GGUF type
+    case $1 in fp8 | int8) echo q8_0 ;; int4) echo "$Q4" ;; bf16) echo bf16 ;; esac
+}
+dsr1_file() {
+    f=$W/r1-$1.dsr1
+    [ -f "$f" ] || nice -n 10 "$DSR1" convert "$CKPT" -o "$f" --type "$1" --threads "$THREADS" --quiet
+    echo "$f"
+}
+# bf16, q8_0, q4_0: written directly from the checkpoint (no BF16 file on
+# the way); other types (q4_k_m): BF16 first, then llama-quantize, then the
+# BF16 file is deleted.
+gguf_file() {
+    q=$1 g=$W/r1-$1.gguf
+    [ -f "$g" ] && { echo "$g"; return; }
+    case $q in
+    bf16 | q8_0 | q4_0)
+        say "writing $g"
+        nice -n 10 "$PY" "$HERE/gguf_from_ckpt.py" --type "$q" "$CKPT" "$g" ;;
+    *)
+        say "writing $W/r1-bf16.tmp.gguf, then llama-quantize $q"
+        nice -n 10 "$PY" "$HERE/gguf_from_ckpt.py" "$CKPT" "$W/r1-bf16.tmp.gguf"
+        nice -n 10 "$QUANT" "$W/r1-bf16.tmp.gguf" "$g" "$(echo "$q" | tr a-z A-Z)" "$THREADS" >"$g.log" 2>&1 ||
+            { say "llama-quantize $q failed, see $g.log"; rm -f "$W/r1-bf16.tmp.gguf"; exit 1; }
+        rm -f "$W/r1-bf16.tmp.gguf" ;;
+    esac
+    echo "$g"
+}
+
+# ---- 4. interleaved rounds -------------------------------------------------------
+RUNS=$W/runs.txt
+: >"$RUNS"
+run_dsr1() { # file -> "pp tg"
+    "$DSR1" bench -m "$1" --prompt "$PP" --gen "$TG" --batch 1 --threads "$THREADS" 2>/dev/null |
+        awk -v p="$PP" '$1 == p && $2 == 1 { print $5, $7; found = 1 } END { exit !found }'
+}
+run_llama() { # bindir gguf extra... -> "pp tg"
+    bin=$1 g=$2
+    shift 2
+    "$bin/llama-bench" -m "$g" -p "$PP" -n "$TG" -t "$THREADS" -r 1 -o csv "$@" 2>/dev/null | awk -F, '
+        NR == 1 { for (i = 1; i <= NF; i++) { h = $i; gsub(/"/, "", h); col[h] = i } next }
+        { gsub(/"/, ""); if ($col["n_prompt"] > 0) pp = $col["avg_ts"]; else tg = $col["avg_ts"] }
+        END { if (pp == "" || tg == "") exit 1; print pp, tg }'
+}
+median() { sort -g | awk '{ v[NR] = $1 } END { if (!NR) { print "-"; exit } print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
+col() { awk -v e="$1" -v t="$2" -v k="$3" '$1 == e && $2 == t { print $k }' "$RUNS" | median |
+    awk '{ if ($1 == "-") print; else printf "%.2f\n", $1 }'; }
+
+for t in $TYPES; do
+    q=$(gguf_for "$t")
+    f=$(dsr1_file "$t")
+    g=
+    [ -n "$LL$IK" ] && g=$(gguf_file "$q")
+    say "$t vs $q: $ROUNDS interleaved rounds"
+    # one untimed pass of each, so every engine starts with its file cached
+    run_dsr1 "$f" >/dev/null || true
+    for r in $(seq "$ROUNDS"); do
+        x=$(run_dsr1 "$f") && echo "dsr1 $t $x" >>"$RUNS" || say "dsr1 $t round $r failed"
+        if [ -n "$LL" ]; then x=$(run_llama "$LL" "$g") && echo "llama $t $x" >>"$RUNS" || say "llama.cpp $q round $r failed"; fi
+        if [ -n "$IK" ]; then x=$(run_llama "$IK" "$g" -mla 3 -fmoe 1) && echo "ik $t $x" >>"$RUNS" || say "ik_llama.cpp $q round $r failed"; fi
+    done
+    if [ -z "${KEEP:-}" ]; then
+        rm -f "$f"
+        [ -n "$g" ] && rm -f "$g"
+    fi
+done
+
+# ---- table ---------------------------------------------------------------------
+cpu=$("$DSR1" info --hw 2>/dev/null | awk -F': *' '/^cpu:/ { print $2; exit }')
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b == 0) print "-"; else printf "%.2f", a / b }'; }
+{
+    echo "machine: ${cpu:-unknown CPU}, $(nproc) CPUs, $THREADS threads; medians of $ROUNDS interleaved rounds"
+    echo "dsr1 $("$DSR1" --version 2>/dev/null | head -1) ($(git -C "$HERE/.." rev-parse --short HEAD 2>/dev/null || echo '?'))" \
+        "llama.cpp ${LLAMA_SRC:-(not run)} ik_llama.cpp ${IK_SRC:-(not run)} (ik: -mla 3 -fmoe 1)"
+    printf '%-22s %8s %8s %8s %8s %8s\n' "tok/s" dsr1 llama ik dsr1/llama dsr1/ik
+    for t in $TYPES; do
+        q=$(gguf_for "$t")
+        for k in 3 4; do
+            what=$([ $k = 3 ] && echo "pp$PP" || echo "tg$TG")
+            d=$(col dsr1 "$t" $k) l=$(col llama "$t" $k) i=$(col ik "$t" $k)
+            printf '%-22s %8s %8s %8s %8s %8s\n' "$what $t vs $q" "$d" "$l" "$i" "$(ratio "$d" "$l")" "$(ratio "$d" "$i")"
+        done
+    done
+} | tee "$W/peer.txt"

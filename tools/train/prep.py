@@ -1,0 +1,40 @@
+#!/usr/bin/env python3
+"""prep.py - tokenize a corpus.py JSONL file with dsr1's own tokenizer.
+
+Prompt and completion are tokenized separately and concatenated, exactly as
+at inference: dsr1 tokenizes the rendered prompt (ending with the generation
+prompt) and the model then emits the completion's tokens one by one.
+Writes JSONL {"family", "ids", "n_prompt", "answer"} per example.
+
+Usage: prep.py IN.jsonl OUT.jsonl [--dsr1 ./dsr1] [--tokenizer PATH]
+"""
+import argparse
+import json
+import subprocess
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("inp")
+    ap.add_argument("out")
+    ap.add_argument("--dsr1", default="./dsr1")
+    ap.add_argument("--tokenizer", default="build/tiny-r1/tokenizer/tokenizer.json")
+    a = ap.parse_args()
+    ex = [json.loads(l) for l in open(a.inp, encoding="utf-8")]
+    lines = []
+    for e in ex:
+        lines.append(json.dumps({"text": e["prompt"]}, ensure_ascii=False))
+        lines.append(json.dumps({"text": e["completion"]}, ensure_ascii=False))
+    p = subprocess.run([a.dsr1, "tokenize", "-m", a.tokenizer, "--jsonl"],
+                       input=("\n".join(lines) + "\n").encode(), capture_output=True, check=True)
+    toks = [json.loads(l)["ids"] for l in p.stdout.decode().splitlines()]
+    assert len(toks) == 2 * len(ex), (len(toks), len(ex))
+    with open(a.out, "w", encoding="utf-8") as f:
+        for i, e in enumerate(ex):
+            pi, ci = toks[2 * i], toks[2 * i + 1]
+            f.write(json.dumps({"family": e["family"], "ids": pi + ci, "n_prompt": len(pi),
+                                "answer": e["answer"]}) + "\n")
+
+
+if __name__ == "__main__":
+    main()
