@@ -35,7 +35,9 @@ start() { # width, command; each on a new private server (a killed one may linge
     cleanup
     n=$((n + 1))
     S=dsr1-chatprog-$$-$n
-    tmux -L "$S" new-session -d -s "$S" -x "$1" -y 40 "$2; echo EXITED \$?; sleep 60"
+    # one retry: on a loaded machine a new server has been seen to exit at start
+    tmux -L "$S" new-session -d -s "$S" -x "$1" -y 40 "$2; echo EXITED \$?; sleep 60" ||
+        { sleep 1; tmux -L "$S" new-session -d -s "$S" -x "$1" -y 40 "$2; echo EXITED \$?; sleep 60"; }
 }
 X=$TMPDIR/xdg/deeper # does not exist: chat must create it for the history
 CHAT="env XDG_DATA_HOME=$X $DSR1 chat -m $M --template r1 --temperature 0"
