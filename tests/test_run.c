@@ -18,6 +18,7 @@
 #include "cli/run_gen.h"
 #include "cli/run_req.h"
 #include "core/toolcall.h"
+#include "run_util.h"
 #include "test.h"
 
 static int parse(dsr1_run_req *r, const char *line, long no, dsr1_error *e)
@@ -365,32 +366,9 @@ DSR1_TEST(run_reader_plain_lines)
 
 /* ---- generation stream ---------------------------------------------------- */
 
-static dsr1_tokenizer *load_tokenizer(void)
-{
-    char *json;
-    size_t len;
-    if (dsr1_common_read_all(dsr1_test_fixture("tokenizer/tokenizer.json"), &json, &len, NULL))
-        return NULL;
-    dsr1_tokenizer *tk = NULL;
-    dsr1_tokenizer_create(&tk, json, len, "tokenizer.json", NULL);
-    free(json);
-    return tk;
-}
-
-static int push_text(dsr1_gen *g, const dsr1_tokenizer *tk, const char *text)
-{
-    int32_t *ids;
-    size_t n;
-    if (dsr1_tokenizer_encode(tk, text, strlen(text), &ids, &n, NULL)) return -1;
-    int stopped = 0;
-    for (size_t i = 0; i < n && !stopped; i++) stopped = dsr1_gen_push(g, ids[i], NULL);
-    free(ids);
-    return stopped;
-}
-
 DSR1_TEST(run_gen_stop_and_reasoning)
 {
-    dsr1_tokenizer *tk = load_tokenizer();
+    dsr1_tokenizer *tk = dsr1_test_tokenizer();
     if (!tk) DSR1_SKIP("tokenizer fixture did not load");
     char *stop[2] = {"STOP", "never"};
     dsr1_gen g;
@@ -398,9 +376,9 @@ DSR1_TEST(run_gen_stop_and_reasoning)
     /* Forced <think>: reasoning, the close tag, the answer, a stop string
      * spelled over several tokens; EOS text never appears. */
     CHECK_OK(dsr1_gen_init(&g, tk, 1, 1, stop, 2, NULL, NULL, &e), &e);
-    CHECK_EQ_INT(push_text(&g, tk, "Let me think. STOP is not a stop here.\n</think>\n\n"), 0);
-    CHECK_EQ_INT(push_text(&g, tk, "The answer is 4.ST"), 0);
-    CHECK_EQ_INT(push_text(&g, tk, "OP and more"), 1);
+    CHECK_EQ_INT(dsr1_test_push_text(&g, tk, "Let me think. STOP is not a stop here.\n</think>\n\n"), 0);
+    CHECK_EQ_INT(dsr1_test_push_text(&g, tk, "The answer is 4.ST"), 0);
+    CHECK_EQ_INT(dsr1_test_push_text(&g, tk, "OP and more"), 1);
     CHECK_EQ_INT(dsr1_gen_push(&g, 5, &e), 1); /* after the stop: ignored */
     CHECK_OK(dsr1_gen_finish(&g, &e), &e);
     char *a = dsr1_gen_answer(&g), *r = dsr1_gen_reasoning(&g);
@@ -412,7 +390,7 @@ DSR1_TEST(run_gen_stop_and_reasoning)
     dsr1_gen_free(&g);
     /* No tags at all and no forced block: everything is answer. */
     CHECK_OK(dsr1_gen_init(&g, tk, 1, 0, NULL, 0, NULL, NULL, &e), &e);
-    CHECK_EQ_INT(push_text(&g, tk, "  plain text "), 0);
+    CHECK_EQ_INT(dsr1_test_push_text(&g, tk, "  plain text "), 0);
     CHECK_OK(dsr1_gen_finish(&g, &e), &e);
     a = dsr1_gen_answer(&g);
     CHECK_STR(a, "plain text");
@@ -422,7 +400,7 @@ DSR1_TEST(run_gen_stop_and_reasoning)
     dsr1_gen_free(&g);
     /* Forced block never closed (token limit): all reasoning, no answer. */
     CHECK_OK(dsr1_gen_init(&g, tk, 1, 1, NULL, 0, NULL, NULL, &e), &e);
-    CHECK_EQ_INT(push_text(&g, tk, "still thinking"), 0);
+    CHECK_EQ_INT(dsr1_test_push_text(&g, tk, "still thinking"), 0);
     CHECK_OK(dsr1_gen_finish(&g, &e), &e);
     a = dsr1_gen_answer(&g);
     r = dsr1_gen_reasoning(&g);

@@ -16,6 +16,7 @@
 #include "cli/common.h"
 #include "cli/run_gen.h"
 #include "cli/run_req.h"
+#include "run_util.h"
 #include "test.h"
 
 static int parse(dsr1_run_req *r, const char *line, long no, dsr1_error *e)
@@ -57,29 +58,6 @@ static int write_records(const char *p, int from, int to, int append, dsr1_error
     }
     dsr1_common_writer_close(w);
     return 0;
-}
-
-static dsr1_tokenizer *load_tokenizer(void)
-{
-    char *json;
-    size_t len;
-    if (dsr1_common_read_all(dsr1_test_fixture("tokenizer/tokenizer.json"), &json, &len, NULL))
-        return NULL;
-    dsr1_tokenizer *tk = NULL;
-    dsr1_tokenizer_create(&tk, json, len, "tokenizer.json", NULL);
-    free(json);
-    return tk;
-}
-
-static int push_text(dsr1_gen *g, const dsr1_tokenizer *tk, const char *text)
-{
-    int32_t *ids;
-    size_t n;
-    if (dsr1_tokenizer_encode(tk, text, strlen(text), &ids, &n, NULL)) return -1;
-    int stopped = 0;
-    for (size_t i = 0; i < n && !stopped; i++) stopped = dsr1_gen_push(g, ids[i], NULL);
-    free(ids);
-    return stopped;
 }
 
 /* ---- issue 12/13: request fields, records, checks ------------------------------- */
@@ -398,22 +376,22 @@ DSR1_TEST(run_gen_stream_never_shows_stop)
      * string spelled over several tokens could still claim, so the stop
      * string never reaches the terminal; without a match everything is
      * streamed by the end. */
-    dsr1_tokenizer *tk = load_tokenizer();
+    dsr1_tokenizer *tk = dsr1_test_tokenizer();
     if (!tk) DSR1_SKIP("tokenizer fixture did not load");
     char *stop[1] = {"STOP"};
     dsr1_gen g;
     dsr1_error e = {0};
     sink_buf b = {{0}, 0};
     CHECK_OK(dsr1_gen_init(&g, tk, 1, 0, stop, 1, sink_answer, &b, &e), &e);
-    CHECK_EQ_INT(push_text(&g, tk, "The answer is 4.ST"), 0);
+    CHECK_EQ_INT(dsr1_test_push_text(&g, tk, "The answer is 4.ST"), 0);
     CHECK(strstr(b.s, "ST") == NULL); /* held back: it may become STOP */
-    CHECK_EQ_INT(push_text(&g, tk, "OP and more"), 1);
+    CHECK_EQ_INT(dsr1_test_push_text(&g, tk, "OP and more"), 1);
     CHECK_OK(dsr1_gen_finish(&g, &e), &e);
     CHECK_STR(b.s, "The answer is 4.");
     dsr1_gen_free(&g);
     sink_buf c = {{0}, 0};
     CHECK_OK(dsr1_gen_init(&g, tk, 1, 0, stop, 1, sink_answer, &c, &e), &e);
-    CHECK_EQ_INT(push_text(&g, tk, "no stop ST here"), 0);
+    CHECK_EQ_INT(dsr1_test_push_text(&g, tk, "no stop ST here"), 0);
     CHECK_OK(dsr1_gen_finish(&g, &e), &e);
     CHECK_STR(c.s, "no stop ST here");
     dsr1_gen_free(&g);

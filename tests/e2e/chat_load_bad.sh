@@ -6,29 +6,15 @@
 # behind a header that declares none, a tool role, a non-string content, a
 # conversation longer than the context, a torn file. Then a valid one loads.
 set -u
-command -v tmux >/dev/null || { echo "tmux not installed"; exit 77; }
 command -v zstd >/dev/null || { echo "zstd not installed"; exit 77; }
 M=$TMPDIR/m.dsr1
 . tests/e2e/lib/tiny_model.sh
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 S=dsr1-chatload-$$
-export TMUX=
-cleanup() { tmux -L "$S" kill-server 2>/dev/null; } # a private server: other tests' tmux never races with ours
+. tests/e2e/lib/tmux.sh
+cleanup() { tmux_cleanup; }
 trap cleanup EXIT
-screen() { tmux -L "$S" capture-pane -p -t "$S" -S -300 | grep -v '^ *$'; }
-wait_for() {
-    i=0
-    while [ $i -lt $((${2:-20} * 10)) ]; do
-        screen | grep -q -- "$1" && return 0
-        sleep 0.1
-        i=$((i + 1))
-    done
-    bad "timed out waiting for '$1'"
-    screen | tail -n 15
-    return 1
-}
-send() { tmux -L "$S" send-keys -t "$S" "$@"; }
 D=$TMPDIR
 save() { # NAME HEADER-JSON [zero bytes after]
     { printf 'DSR1CHAT 1\n%s\n' "$2"; [ -n "${3:-}" ] && head -c "$3" /dev/zero; } |
@@ -49,7 +35,7 @@ head -c 30 "$D/good.chat" >"$D/torn.chat"
 # not under a sanitizer, which reserves terabytes of address space.
 LIMIT="ulimit -v 1500000;"
 [ -n "${DSR1_SANITIZED:-}" ] && LIMIT=
-tmux -L "$S" new-session -d -s "$S" -x 160 -y 60 \
+tmux new-session -d -s "$S" -x 160 -y 60 \
     "$LIMIT env XDG_DATA_HOME=$D/xdg $DSR1 chat -m $M --template r1 --temperature 0 --max-tokens 3 --ctx 2048; echo EXITED \$?; sleep 60"
 wait_for 'Type a message' || exit 1
 send "First." Enter

@@ -8,34 +8,22 @@
 # conversation that fills the context says how to go on; the history
 # directory is created.
 set -u
-command -v tmux >/dev/null || { echo "tmux not installed"; exit 77; }
 M=$TMPDIR/m.dsr1
 . tests/e2e/lib/tiny_model.sh
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 S=dsr1-chatprog-$$
-export TMUX=
-cleanup() { tmux -L "$S" kill-server 2>/dev/null; } # a private server: other tests' tmux never races with ours
+. tests/e2e/lib/tmux.sh
+cleanup() { tmux_cleanup; }
 trap cleanup EXIT
-screen() { tmux -L "$S" capture-pane -p -t "$S" -S -300 | grep -v '^ *$'; }
-wait_for() {
-    i=0
-    while [ $i -lt $((${2:-30} * 10)) ]; do
-        screen | grep -q -- "$1" && return 0
-        sleep 0.1
-        i=$((i + 1))
-    done
-    bad "timed out waiting for '$1'"
-    screen | tail -n 15
-    return 1
-}
-send() { tmux -L "$S" send-keys -t "$S" "$@"; }
 n=0
 start() { # width, command; each on a new private server (a killed one may linger a moment)
     cleanup
     n=$((n + 1))
     S=dsr1-chatprog-$$-$n
-    tmux -L "$S" new-session -d -s "$S" -x "$1" -y 40 "$2; echo EXITED \$?; sleep 60"
+    # one retry: on a loaded machine a new server has been seen to exit at start
+    tmux new-session -d -s "$S" -x "$1" -y 40 "$2; echo EXITED \$?; sleep 60" ||
+        { sleep 1; tmux new-session -d -s "$S" -x "$1" -y 40 "$2; echo EXITED \$?; sleep 60"; }
 }
 X=$TMPDIR/xdg/deeper # does not exist: chat must create it for the history
 CHAT="env XDG_DATA_HOME=$X $DSR1 chat -m $M --template r1 --temperature 0"
@@ -44,7 +32,7 @@ CHAT="env XDG_DATA_HOME=$X $DSR1 chat -m $M --template r1 --temperature 0"
 python3 -c 'print(" ".join(["word%d" % i for i in range(1500)]))' >"$TMPDIR/long.txt"
 : >"$TMPDIR/pane.log"
 start 100 "sleep 0.5; $CHAT --max-tokens 2 <$TMPDIR/long.txt"
-tmux -L "$S" pipe-pane -t "$S" -o "cat >>$TMPDIR/pane.log"
+tmux pipe-pane -t "$S" -o "cat >>$TMPDIR/pane.log"
 wait_for 'EXITED 0' 60
 grep -q 'prompt: [0-9]* of [0-9]* tokens, [0-9]* tokens/s' "$TMPDIR/pane.log" ||
     bad "no prompt progress on the terminal"
@@ -57,7 +45,7 @@ for w in 40 100; do
     wait_for 'Type a message' || exit 1
     send "Think about it." Enter
     wait_for 'thinking: '
-    [ "$w" = 100 ] && { sleep 0.5; tmux -L "$S" resize-window -t "$S" -x 40; }
+    [ "$w" = 100 ] && { sleep 0.5; tmux resize-window -t "$S" -x 40; }
     wait_for 'reasoning did not finish: 150 tokens' 60
     sleep 0.3
     n=$(screen | grep -c 'thinking: ')

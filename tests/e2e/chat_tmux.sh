@@ -5,38 +5,24 @@
 # prompt, conversation goes on), /save + /reset + /load with the KV cache,
 # /think hide, NO_COLOR, then Ctrl-C twice / Ctrl-D to leave.
 set -u
-command -v tmux >/dev/null || { echo "tmux not installed"; exit 77; }
-# A private tmux server per run: other tests' tmux sessions never race with ours.
-tmux() { command tmux -L "dsr1-e2e-$$" "$@"; }
 M=$TMPDIR/m.dsr1
 . tests/e2e/lib/tiny_model.sh
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 S=dsr1-chat-$$
-export TMUX= # allow running inside tmux
-cleanup() { tmux kill-session -t "$S" 2>/dev/null; tmux kill-server 2>/dev/null; }
+. tests/e2e/lib/tmux.sh
+cleanup() { tmux_cleanup; }
 trap cleanup EXIT
 
-start() { # extra env and options
+n=0
+start() { # extra env and options; each start on a new private server (a killed one may linger a moment)
     cleanup
+    n=$((n + 1))
+    S=dsr1-chat-$$-$n
     mkdir -p "$TMPDIR/xdg"
     tmux new-session -d -s "$S" -x 120 -y 50 \
         "env XDG_DATA_HOME=$TMPDIR/xdg $1 $DSR1 chat -m $M --template r1 --temperature 0 $2; echo EXITED \$?; sleep 60"
 }
-screen() { tmux capture-pane -p -t "$S" -S -200 | grep -v '^ *$'; }
-# wait_for PATTERN [seconds]: poll the screen.
-wait_for() {
-    i=0
-    while [ $i -lt $((${2:-20} * 10)) ]; do
-        screen | grep -q -- "$1" && return 0
-        sleep 0.1
-        i=$((i + 1))
-    done
-    bad "timed out waiting for '$1'"
-    screen | tail -n 15
-    return 1
-}
-send() { tmux send-keys -t "$S" "$@"; }
 # wait_count PATTERN N: until the screen holds N lines matching.
 wait_count() {
     i=0

@@ -5,32 +5,16 @@
 # undertrained: the numbers are not asserted, see models/tiny-r1/README.md);
 # a second turn on the same history; the screen is printed as a recording.
 set -u
-command -v tmux >/dev/null || { echo "tmux not installed"; exit 77; }
-# A private tmux server per run: other tests' tmux sessions never race with ours.
-tmux() { command tmux -L "dsr1-e2e-$$" "$@"; }
 . tests/e2e/lib/tiny_r1.sh
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 S=dsr1-r1chat-$$
-export TMUX=
-cleanup() { tmux kill-session -t "$S" 2>/dev/null; tmux kill-server 2>/dev/null; }
+. tests/e2e/lib/tmux.sh
+cleanup() { tmux_cleanup; }
 trap cleanup EXIT
 mkdir -p "$TMPDIR/xdg"
 tmux new-session -d -s "$S" -x 100 -y 50 \
     "env XDG_DATA_HOME=$TMPDIR/xdg NO_COLOR=1 $DSR1 chat -m $R1M --temperature 0; echo EXITED \$?; sleep 60"
-screen() { tmux capture-pane -p -t "$S" -S -200 | grep -v '^ *$'; }
-wait_for() {
-    i=0
-    while [ $i -lt 300 ]; do
-        screen | grep -q -- "$1" && return 0
-        sleep 0.1
-        i=$((i + 1))
-    done
-    bad "timed out waiting for '$1'"
-    screen | tail -n 15
-    return 1
-}
-send() { tmux send-keys -t "$S" "$@"; }
 wait_for 'Type a message' || exit 1
 send "What is 47 + 85?" Enter
 wait_for '^[0-9]* + [0-9]* = [0-9]*\.$'
