@@ -19,7 +19,9 @@ CFLAGS  += -std=c11 -D_GNU_SOURCE $(OPT) -g $(WARN) -pthread -fno-strict-aliasin
            -DDSR1_VERSION='"$(VERSION)"' -I. -I$(BUILD)
 AVX512  := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mavx512vnni -mfma -mf16c -mavx2
 PKGS    := libcjson libzstd libcurl libcrypto libedit numa
-LDLIBS  += $(shell pkg-config --libs $(PKGS) 2>/dev/null) -ldnnl -lm -ldl -pthread
+# oneDNN is not linked: no code calls it yet (issue 14 plans it for the
+# prefill GEMMs); a library the build links must be used.
+LDLIBS  += $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -ldl -pthread
 LDFLAGS += $(SAN)
 
 # Optional GPU toolchains (CUDA=0 / HIP=0 force them off).
