@@ -21,19 +21,11 @@
 #include "run_util.h"
 #include "test.h"
 
-static int parse(dsr1_run_req *r, const char *line, long no, dsr1_error *e)
-{
-    dsr1_run_defaults d;
-    dsr1_run_defaults_init(&d);
-    d.sampling.seed = 100;
-    return dsr1_run_req_parse(r, line, strlen(line), no, &d, e);
-}
-
 DSR1_TEST(run_req_chat_fields)
 {
     dsr1_run_req r;
     dsr1_error e = {0};
-    CHECK_OK(parse(&r, "{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+    CHECK_OK(dsr1_test_parse_req(&r, "{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
                        "\"max_tokens\":5,\"temperature\":0.2,\"top_p\":0.5,\"top_k\":-1,"
                        "\"min_p\":0.1,\"repetition_penalty\":1.3,\"seed\":7,"
                        "\"stop\":[\"X\",\"\",\"YZ\"]}", 4, &e), &e);
@@ -58,7 +50,7 @@ DSR1_TEST(run_req_defaults_and_seed)
 {
     dsr1_run_req r;
     dsr1_error e = {0};
-    CHECK_OK(parse(&r, "{\"prompt\":\"Once\"}", 9, &e), &e);
+    CHECK_OK(dsr1_test_parse_req(&r, "{\"prompt\":\"Once\"}", 9, &e), &e);
     CHECK_STR(r.id_json, "\"line-9\"");
     CHECK(r.chat == NULL);
     CHECK_STR(r.prompt, "Once");
@@ -68,7 +60,7 @@ DSR1_TEST(run_req_defaults_and_seed)
     CHECK_EQ_INT(r.sampling.seed, 109); /* --seed 100 + line 9 */
     CHECK_EQ_INT(r.n_stop, 0);
     dsr1_run_req_clear(&r);
-    CHECK_OK(parse(&r, "{\"id\":12,\"prompt\":\"x\",\"stop\":\"END\",\"seed\":-1}", 3, &e), &e);
+    CHECK_OK(dsr1_test_parse_req(&r, "{\"id\":12,\"prompt\":\"x\",\"stop\":\"END\",\"seed\":-1}", 3, &e), &e);
     CHECK_STR(r.id_json, "12");
     CHECK_EQ_INT(r.sampling.seed, 103); /* -1 means unset */
     CHECK_STR(r.stop[0], "END");
@@ -79,7 +71,7 @@ DSR1_TEST(run_req_openai_batch_shape)
 {
     dsr1_run_req r;
     dsr1_error e = {0};
-    CHECK_OK(parse(&r, "{\"custom_id\":\"req-1\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\","
+    CHECK_OK(dsr1_test_parse_req(&r, "{\"custom_id\":\"req-1\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\","
                        "\"body\":{\"model\":\"x\",\"messages\":[{\"role\":\"user\",\"content\":"
                        "[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]}],"
                        "\"max_completion_tokens\":3}}", 1, &e), &e);
@@ -133,7 +125,7 @@ DSR1_TEST(run_req_bad_lines)
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         dsr1_run_req r;
         dsr1_error e = {0};
-        int rc = parse(&r, cases[i].line, 5, &e);
+        int rc = dsr1_test_parse_req(&r, cases[i].line, 5, &e);
         CHECKF(rc != 0, "accepted: %s", cases[i].line);
         CHECKF(r.id_json && !strcmp(r.id_json, cases[i].id), "%s: id %s", cases[i].line,
                r.id_json ? r.id_json : "(null)");
@@ -214,26 +206,6 @@ DSR1_TEST(run_idset)
 
 /* ---- files ------------------------------------------------------------ */
 
-static void count_line(void *ctx, const char *line, size_t len)
-{
-    (void)line;
-    (void)len;
-    (*(int *)ctx)++;
-}
-
-static long file_size(const char *p)
-{
-    struct stat st;
-    return stat(p, &st) == 0 ? (long)st.st_size : -1;
-}
-
-static void write_file(const char *p, const char *data, size_t n)
-{
-    FILE *f = fopen(p, "wb");
-    fwrite(data, 1, n, f);
-    fclose(f);
-}
-
 DSR1_TEST(run_resume_torn_line)
 {
     char p[512], note[600];
@@ -241,44 +213,31 @@ DSR1_TEST(run_resume_torn_line)
     const char good[] = "{\"id\":1}\n{\"id\":2}\n{\"id\":3}\n";
     char data[256];
     snprintf(data, sizeof data, "%s{\"id\":4,\"cont", good);
-    write_file(p, data, strlen(data));
+    dsr1_test_write_file(p, data, strlen(data));
     dsr1_error e = {0};
     int n = 0;
-    CHECK_OK(dsr1_common_read_back(p, count_line, &n, note, sizeof note, &e), &e);
+    CHECK_OK(dsr1_common_read_back(p, dsr1_test_count_line, &n, note, sizeof note, &e), &e);
     CHECK_EQ_INT(n, 3);
-    CHECK_EQ_INT(file_size(p), (long)strlen(good));
+    CHECK_EQ_INT(dsr1_test_file_size(p), (long)strlen(good));
     CHECK(strstr(note, "cut 13 bytes") != NULL);
     n = 0; /* again: nothing more to cut */
-    CHECK_OK(dsr1_common_read_back(p, count_line, &n, note, sizeof note, &e), &e);
+    CHECK_OK(dsr1_common_read_back(p, dsr1_test_count_line, &n, note, sizeof note, &e), &e);
     CHECK_EQ_INT(n, 3);
     CHECK_STR(note, "");
     /* A complete last line that is not a record is torn too. */
     snprintf(data, sizeof data, "%s{\"id\":\n", good);
-    write_file(p, data, strlen(data));
+    dsr1_test_write_file(p, data, strlen(data));
     CHECK_OK(dsr1_common_read_back(p, NULL, NULL, note, sizeof note, &e), &e);
-    CHECK_EQ_INT(file_size(p), (long)strlen(good));
+    CHECK_EQ_INT(dsr1_test_file_size(p), (long)strlen(good));
     /* A bad line before the end: not ours, refuse and touch nothing. */
     snprintf(data, sizeof data, "{\"id\":1}\ngarbage\n{\"id\":3}\n");
-    write_file(p, data, strlen(data));
+    dsr1_test_write_file(p, data, strlen(data));
     CHECK(dsr1_common_read_back(p, NULL, NULL, note, sizeof note, &e) == DSR1_EFORMAT);
     CHECK(strstr(e.msg, "line 2") != NULL);
-    CHECK_EQ_INT(file_size(p), (long)strlen(data));
+    CHECK_EQ_INT(dsr1_test_file_size(p), (long)strlen(data));
     /* Missing file: nothing to resume, no error. */
     snprintf(p, sizeof p, "%s/none.jsonl", dsr1_test_tmpdir());
     CHECK_OK(dsr1_common_read_back(p, NULL, NULL, note, sizeof note, &e), &e);
-}
-
-static int write_records(const char *p, int from, int to, int append, dsr1_error *e)
-{
-    dsr1_recwriter *w;
-    DSR1_TRY(dsr1_common_writer_open(&w, p, append, e));
-    char rec[64];
-    for (int i = from; i < to; i++) {
-        int n = snprintf(rec, sizeof rec, "{\"id\":%d,\"text\":\"r%d\"}", i, i);
-        DSR1_TRY(dsr1_common_writer_put(w, rec, (size_t)n, e));
-    }
-    dsr1_common_writer_close(w);
-    return 0;
 }
 
 /* Read every line back; checks they are records 0..n-1 in order. */
@@ -305,7 +264,7 @@ DSR1_TEST(run_zst_round_trip_and_resume)
     char p[512], note[600];
     snprintf(p, sizeof p, "%s/out.jsonl.zst", dsr1_test_tmpdir());
     dsr1_error e = {0};
-    CHECK_OK(write_records(p, 0, 500, 0, &e), &e);
+    CHECK_OK(dsr1_test_write_records(p, 0, 500, 0, &e), &e);
     unsigned char magic[4] = {0};
     FILE *f = fopen(p, "rb");
     CHECK(f && fread(magic, 1, 4, f) == 4);
@@ -313,14 +272,14 @@ DSR1_TEST(run_zst_round_trip_and_resume)
     CHECK(magic[0] == 0x28 && magic[1] == 0xb5 && magic[2] == 0x2f && magic[3] == 0xfd);
     CHECK_EQ_INT(read_records(t, p), 500);
     /* Tear the last frame, as a kill in the middle of a write would. */
-    long full = file_size(p);
+    long full = dsr1_test_file_size(p);
     CHECK(truncate(p, full - 5) == 0);
     int n = 0;
-    CHECK_OK(dsr1_common_read_back(p, count_line, &n, note, sizeof note, &e), &e);
+    CHECK_OK(dsr1_common_read_back(p, dsr1_test_count_line, &n, note, sizeof note, &e), &e);
     CHECK_EQ_INT(n, 499);
-    CHECK(file_size(p) < full - 5);
+    CHECK(dsr1_test_file_size(p) < full - 5);
     /* Append the rest as new frames: concatenated frames read as one. */
-    CHECK_OK(write_records(p, 499, 600, 1, &e), &e);
+    CHECK_OK(dsr1_test_write_records(p, 499, 600, 1, &e), &e);
     CHECK_EQ_INT(read_records(t, p), 600);
     /* The zstd tool reads it too (if present). */
     char out[256];
@@ -339,7 +298,7 @@ DSR1_TEST(run_reader_plain_lines)
     strcpy(data, "a\r\n\n");
     memset(data + 4, 'x', big);
     strcpy(data + 4 + big, "\nlast");
-    write_file(p, data, strlen(data));
+    dsr1_test_write_file(p, data, strlen(data));
     dsr1_linereader *r;
     dsr1_error e = {0};
     REQUIRE(dsr1_common_reader_open(&r, p, &e) == 0);
@@ -354,8 +313,8 @@ DSR1_TEST(run_reader_plain_lines)
     free(data);
     /* A truncated zstd stream is an error, not a silent short read. */
     snprintf(p, sizeof p, "%s/short.zst", dsr1_test_tmpdir());
-    CHECK_OK(write_records(p, 0, 1, 0, &e), &e);
-    CHECK(truncate(p, file_size(p) - 3) == 0);
+    CHECK_OK(dsr1_test_write_records(p, 0, 1, 0, &e), &e);
+    CHECK(truncate(p, dsr1_test_file_size(p) - 3) == 0);
     REQUIRE(dsr1_common_reader_open(&r, p, &e) == 0);
     int rc = 0;
     while (!(rc = dsr1_common_reader_next(r, &line, &len, &e)) && line) {}
@@ -465,17 +424,17 @@ DSR1_TEST(run_model_path_resolution)
     CHECK(strstr(e.msg, "dsr1 convert") && strstr(e.msg, "--default"));
     /* The only *.dsr1 in the data directory. */
     snprintf(p, sizeof p, "%s/a.dsr1", data);
-    write_file(p, "x", 1);
+    dsr1_test_write_file(p, "x", 1);
     CHECK_OK(dsr1_common_model_path(NULL, out, sizeof out, &e), &e);
     CHECK_STR(out, p);
     /* Two: ambiguous without a default file... */
     snprintf(p, sizeof p, "%s/b.dsr1", data);
-    write_file(p, "x", 1);
+    dsr1_test_write_file(p, "x", 1);
     CHECK(dsr1_common_model_path(NULL, out, sizeof out, &e) == DSR1_ENOTFOUND);
     CHECK(strstr(e.msg, "several") != NULL);
     /* ...which names one (relative to the directory). */
     snprintf(p, sizeof p, "%s/default", data);
-    write_file(p, "b.dsr1\n", 7);
+    dsr1_test_write_file(p, "b.dsr1\n", 7);
     CHECK_OK(dsr1_common_model_path(NULL, out, sizeof out, &e), &e);
     snprintf(p, sizeof p, "%s/b.dsr1", data);
     CHECK_STR(out, p);

@@ -19,54 +19,13 @@
 #include "run_util.h"
 #include "test.h"
 
-static int parse(dsr1_run_req *r, const char *line, long no, dsr1_error *e)
-{
-    dsr1_run_defaults d;
-    dsr1_run_defaults_init(&d);
-    d.sampling.seed = 100;
-    return dsr1_run_req_parse(r, line, strlen(line), no, &d, e);
-}
-
-static void count_line(void *ctx, const char *line, size_t len)
-{
-    (void)line;
-    (void)len;
-    (*(int *)ctx)++;
-}
-
-static long file_size(const char *p)
-{
-    struct stat st;
-    return stat(p, &st) == 0 ? (long)st.st_size : -1;
-}
-
-static void write_file(const char *p, const char *data, size_t n)
-{
-    FILE *f = fopen(p, "wb");
-    fwrite(data, 1, n, f);
-    fclose(f);
-}
-
-static int write_records(const char *p, int from, int to, int append, dsr1_error *e)
-{
-    dsr1_recwriter *w;
-    DSR1_TRY(dsr1_common_writer_open(&w, p, append, e));
-    char rec[64];
-    for (int i = from; i < to; i++) {
-        int n = snprintf(rec, sizeof rec, "{\"id\":%d,\"text\":\"r%d\"}", i, i);
-        DSR1_TRY(dsr1_common_writer_put(w, rec, (size_t)n, e));
-    }
-    dsr1_common_writer_close(w);
-    return 0;
-}
-
 /* ---- issue 12/13: request fields, records, checks ------------------------------- */
 
 DSR1_TEST(run_req_openai_fields)
 {
     dsr1_run_req r;
     dsr1_error e = {0};
-    CHECK_OK(parse(&r, "{\"custom_id\":\"q\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\","
+    CHECK_OK(dsr1_test_parse_req(&r, "{\"custom_id\":\"q\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\","
                        "\"body\":{\"model\":\"m1\",\"messages\":[{\"role\":\"user\",\"content\":"
                        "\"hi\"}],\"n\":3,\"logprobs\":true,\"top_logprobs\":5,"
                        "\"presence_penalty\":0.5,\"frequency_penalty\":-1,\"stop\":\"END\","
@@ -86,16 +45,16 @@ DSR1_TEST(run_req_openai_fields)
     CHECK_EQ_INT(r.n_warn, 0);
     dsr1_run_req_clear(&r);
     /* top_logprobs alone turns logprobs on; out-of-range values are refused. */
-    CHECK_OK(parse(&r, "{\"prompt\":\"x\",\"top_logprobs\":2}", 1, &e), &e);
+    CHECK_OK(dsr1_test_parse_req(&r, "{\"prompt\":\"x\",\"top_logprobs\":2}", 1, &e), &e);
     CHECK_EQ_INT(r.logprobs, 1);
     dsr1_run_req_clear(&r);
-    CHECK(parse(&r, "{\"prompt\":\"x\",\"top_logprobs\":21}", 1, &e) == DSR1_EINVAL);
+    CHECK(dsr1_test_parse_req(&r, "{\"prompt\":\"x\",\"top_logprobs\":21}", 1, &e) == DSR1_EINVAL);
     dsr1_run_req_clear(&r);
-    CHECK(parse(&r, "{\"prompt\":\"x\",\"n\":0}", 1, &e) == DSR1_EINVAL);
+    CHECK(dsr1_test_parse_req(&r, "{\"prompt\":\"x\",\"n\":0}", 1, &e) == DSR1_EINVAL);
     dsr1_run_req_clear(&r);
-    CHECK(parse(&r, "{\"prompt\":\"x\",\"presence_penalty\":3}", 1, &e) == DSR1_EINVAL);
+    CHECK(dsr1_test_parse_req(&r, "{\"prompt\":\"x\",\"presence_penalty\":3}", 1, &e) == DSR1_EINVAL);
     dsr1_run_req_clear(&r);
-    CHECK(parse(&r, "{\"prompt\":\"x\",\"stop_token_ids\":[-1]}", 1, &e) == DSR1_EINVAL);
+    CHECK(dsr1_test_parse_req(&r, "{\"prompt\":\"x\",\"stop_token_ids\":[-1]}", 1, &e) == DSR1_EINVAL);
     dsr1_run_req_clear(&r);
 }
 
@@ -132,19 +91,19 @@ DSR1_TEST(run_req_bad_ids_and_nul)
     dsr1_run_req r;
     dsr1_error e = {0};
     /* 1e999 parses as infinity: it would be written as null and rerun forever. */
-    CHECK(parse(&r, "{\"id\":1e999,\"prompt\":\"x\"}", 6, &e) == DSR1_EINVAL);
+    CHECK(dsr1_test_parse_req(&r, "{\"id\":1e999,\"prompt\":\"x\"}", 6, &e) == DSR1_EINVAL);
     CHECK_STR(r.id_json, "\"line-6\"");
     CHECKF(strstr(e.msg, "finite") != NULL, "%s", e.msg);
     dsr1_run_req_clear(&r);
-    CHECK(parse(&r, "{\"custom_id\":[1],\"body\":{\"prompt\":\"x\"}}", 6, &e) == DSR1_EINVAL);
+    CHECK(dsr1_test_parse_req(&r, "{\"custom_id\":[1],\"body\":{\"prompt\":\"x\"}}", 6, &e) == DSR1_EINVAL);
     dsr1_run_req_clear(&r);
     /* \u0000 would end the C string: refused with where it is. */
-    CHECK(parse(&r, "{\"id\":\"z\",\"prompt\":\"ab\\u0000cd\"}", 2, &e) == DSR1_EINVAL);
+    CHECK(dsr1_test_parse_req(&r, "{\"id\":\"z\",\"prompt\":\"ab\\u0000cd\"}", 2, &e) == DSR1_EINVAL);
     CHECKF(strstr(e.msg, "NUL") && strstr(e.msg, "byte 22"), "%s", e.msg);
     CHECK_STR(r.id_json, "\"z\"");
     dsr1_run_req_clear(&r);
     /* An escaped backslash before u0000 is text, not a NUL. */
-    CHECK_OK(parse(&r, "{\"prompt\":\"a\\\\u0000\"}", 2, &e), &e);
+    CHECK_OK(dsr1_test_parse_req(&r, "{\"prompt\":\"a\\\\u0000\"}", 2, &e), &e);
     CHECK_STR(r.prompt, "a\\u0000");
     dsr1_run_req_clear(&r);
     int custom, bad;
@@ -281,7 +240,7 @@ DSR1_TEST(run_reader_line_cap)
     n += big;
     memcpy(data + n, "\n{\"b\":2}", 8);
     n += 8;
-    write_file(p, data, n);
+    dsr1_test_write_file(p, data, n);
     free(data);
     dsr1_linereader *r;
     dsr1_error e = {0};
@@ -322,12 +281,12 @@ DSR1_TEST(run_resume_zst_refuses_damage)
     /* 1. A frame declaring 2^63 bytes: refused at once (it used to loop). */
     unsigned char f[32];
     size_t fn = huge_frame(f);
-    write_file(p, (const char *)f, fn);
+    dsr1_test_write_file(p, (const char *)f, fn);
     CHECK(dsr1_common_read_back(p, NULL, NULL, note, sizeof note, &e) == DSR1_EFORMAT);
-    CHECK_EQ_INT(file_size(p), (long)fn);
+    CHECK_EQ_INT(dsr1_test_file_size(p), (long)fn);
     /* 2. One flipped byte in the middle: refused, nothing cut. */
-    CHECK_OK(write_records(p, 0, 50, 0, &e), &e);
-    long full = file_size(p);
+    CHECK_OK(dsr1_test_write_records(p, 0, 50, 0, &e), &e);
+    long full = dsr1_test_file_size(p);
     FILE *fp = fopen(p, "r+b");
     REQUIRE(fp != NULL);
     fseek(fp, full / 2, SEEK_SET);
@@ -336,23 +295,23 @@ DSR1_TEST(run_resume_zst_refuses_damage)
     fputc(ch ^ 0x40, fp);
     fclose(fp);
     int n = 0;
-    CHECK(dsr1_common_read_back(p, count_line, &n, note, sizeof note, &e) == DSR1_EFORMAT);
+    CHECK(dsr1_common_read_back(p, dsr1_test_count_line, &n, note, sizeof note, &e) == DSR1_EFORMAT);
     CHECKF(strstr(e.msg, "not resuming") != NULL, "%s", e.msg);
-    CHECK_EQ_INT(file_size(p), full);
+    CHECK_EQ_INT(dsr1_test_file_size(p), full);
     /* 3. A foreign .zst (valid frames, not our records): refused, kept. */
     char out[256];
     if (dsr1_test_sh(out, sizeof out, "command -v zstd >/dev/null") == 0) {
         CHECK(dsr1_test_sh(out, sizeof out, "printf 'hello\\nworld\\n' | zstd -q -c > '%s'", p) == 0);
-        long sz = file_size(p);
+        long sz = dsr1_test_file_size(p);
         CHECK(dsr1_common_read_back(p, NULL, NULL, note, sizeof note, &e) == DSR1_EFORMAT);
-        CHECK_EQ_INT(file_size(p), sz);
+        CHECK_EQ_INT(dsr1_test_file_size(p), sz);
     }
     /* 4. Only a torn last frame is cut (kept records are counted). */
-    CHECK_OK(write_records(p, 0, 20, 0, &e), &e);
-    full = file_size(p);
+    CHECK_OK(dsr1_test_write_records(p, 0, 20, 0, &e), &e);
+    full = dsr1_test_file_size(p);
     CHECK(truncate(p, full - 3) == 0);
     n = 0;
-    CHECK_OK(dsr1_common_read_back(p, count_line, &n, note, sizeof note, &e), &e);
+    CHECK_OK(dsr1_common_read_back(p, dsr1_test_count_line, &n, note, sizeof note, &e), &e);
     CHECK_EQ_INT(n, 19);
 }
 
