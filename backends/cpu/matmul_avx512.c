@@ -1211,33 +1211,34 @@ INLINE __m512 w4_scale2(const uint16_t *p, int f16)
 /* Rows w[a] (packed, stride ldw bytes; or with `wide` the codes as bytes
  * of a panel, zero padded to whole steps; scales sc[a * lds], group of
  * the chunk's first column first) x tokens xq[b] (stride ldx; offsets
- * xc[b], stride ldc) over len columns from a step boundary, groups of g
- * (a multiple of 64, or 32 when g32); the lanes added into
+ * xc[b], stride ldc) over len columns from a step boundary, groups of 128
+ * (32 when g32); the lanes added into
  * facc[a * lda + b] (16 floats each). pf: prefetch the rows ahead. */
 INLINE void mk_w4(const int rt, const int nt, const int g32, const int wide, const uint8_t *w,
-                  int64_t ldw,
-                  const uint16_t *sc, int64_t lds, int f16, int64_t g, const int8_t *xq,
+                  int64_t ldw, const uint16_t *sc, int64_t lds, int f16, const int8_t *xq,
                   int64_t ldx, const int32_t *xc, int64_t ldc, int64_t len, int pf, float *facc,
                   int64_t lda)
 {
+    /* Groups of 128: two whole steps each; of 32: one step holds two. */
+    const int64_t gstep = g32 ? 64 : 128, nstep = g32 ? 1 : 2;
     __m512 acc[MR][W4_NT];
 #pragma GCC unroll 4
     for (int a = 0; a < rt; a++)
 #pragma GCC unroll 3
         for (int b = 0; b < nt; b++) acc[a][b] = _mm512_load_ps(facc + (a * lda + b) * 16);
-    for (int64_t k0 = 0; k0 < len; k0 += g32 ? 64 : g) {
-        const int64_t end = g32 ? k0 + 64 : k0 + g;
+    for (int64_t k0 = 0; k0 < len; k0 += gstep) {
         const int half = g32 && len - k0 < 64; /* a row's last 32 columns */
         __m512i d[MR][W4_NT];
 #pragma GCC unroll 3
         for (int b = 0; b < nt; b++) {
             __m512i c = _mm512_loadu_si512(xc + b * ldc + k0 / 4);
-            for (int64_t k = k0 + 64; k < end; k += 64)
-                c = _mm512_add_epi32(c, _mm512_loadu_si512(xc + b * ldc + k / 4));
+            if (!g32) c = _mm512_add_epi32(c, _mm512_loadu_si512(xc + b * ldc + k0 / 4 + 16));
 #pragma GCC unroll 4
             for (int a = 0; a < rt; a++) d[a][b] = c;
         }
-        for (int64_t k = k0; k < end; k += 64) {
+#pragma GCC unroll 2
+        for (int64_t st = 0; st < nstep; st++) {
+            const int64_t k = k0 + 64 * st;
             __m512i xv[W4_NT];
 #pragma GCC unroll 3
             for (int b = 0; b < nt; b++) xv[b] = _mm512_loadu_si512(xq + b * ldx + k);
@@ -1254,7 +1255,7 @@ INLINE void mk_w4(const int rt, const int nt, const int g32, const int wide, con
         }
 #pragma GCC unroll 4
         for (int a = 0; a < rt; a++) {
-            const uint16_t *s = sc + a * lds + (g32 ? k0 / 32 : k0 / g);
+            const uint16_t *s = sc + a * lds + k0 / (g32 ? 32 : 128);
             __m512 sv = !g32 || half ? w4_scale(s, f16) : w4_scale2(s, f16);
 #pragma GCC unroll 3
             for (int b = 0; b < nt; b++) {
@@ -1281,12 +1282,12 @@ INLINE void mk_w4(const int rt, const int nt, const int g32, const int wide, con
     default: DSR1_ASSERT(!"w4a8 tile shape");                                                \
     }
 #define W4_CALL(r_, n_, g_, wide_) \
-    mk_w4(r_, n_, g_, wide_, w, ldw, sc, lds, f16, g, xq, ldx, xc, ldc, len, !(wide_), facc, lda)
+    mk_w4(r_, n_, g_, wide_, w, ldw, sc, lds, f16, xq, ldx, xc, ldc, len, !(wide_), facc, lda)
 
 /* A tile (mk_w4); wide: w is a byte panel (many tokens), else packed rows
  * streamed with prefetch (decode). */
 static void tile_w4(int rt, int nt, int g32, int wide, const uint8_t *w, int64_t ldw,
-                    const uint16_t *sc, int64_t lds, int f16, int64_t g, const int8_t *xq,
+                    const uint16_t *sc, int64_t lds, int f16, const int8_t *xq,
                     int64_t ldx, const int32_t *xc, int64_t ldc, int64_t len, float *facc,
                     int64_t lda)
 {
@@ -1317,22 +1318,19 @@ static void w4_panel(const dsr1_wmat *w, int64_t r, int pr, int64_t c0, int64_t 
     }
 }
 
-/* W4A8 rows [r0, r1), all tokens (see above). Groups other than 32 and
- * multiples of 64 up to W4_KC, or F32 scales, go to the portable rows
- * (same bits). */
+/* W4A8 rows [r0, r1), all tokens (see above). Groups other than the
+ * format's 32 and 128, or F32 scales, go to the portable rows (same bits). */
 static void rows_w4a8(const dsr1_mm_job *j, int64_t r0, int64_t r1)
 {
     const dsr1_wmat *w = j->w;
     const int64_t g = w->group, ng = w->cols / g;
-    const int g32 = g % 64 != 0, f16 = w->scale_type == DSR1_T_F16;
-    if ((g32 && g != 32) || (!g32 && g > W4_KC) ||
-        (w->scale_type != DSR1_T_F16 && w->scale_type != DSR1_T_BF16)) {
+    const int g32 = g == 32, f16 = w->scale_type == DSR1_T_F16;
+    if ((g != 32 && g != 128) || (w->scale_type != DSR1_T_F16 && w->scale_type != DSR1_T_BF16)) {
         dsr1_mm_rows_portable(j, r0, r1);
         return;
     }
     const int gemv = j->n <= 4;
-    const int64_t unit = g32 ? 64 : g;
-    const int64_t kc = gemv ? w->cols : W4_KC >= unit ? W4_KC / unit * unit : unit;
+    const int64_t kc = gemv ? w->cols : W4_KC; /* a multiple of 128 */
     const int64_t panel = gemv ? MR : PANEL, ldc = j->ldxq / 4;
     const int tb = gemv ? j->n : W4_TB;
     _Alignas(64) float facc[PANEL * W4_TB * 16]; /* [row][token of the block][lane] */
@@ -1352,7 +1350,7 @@ static void rows_w4a8(const dsr1_mm_job *j, int64_t r0, int64_t r1)
                         const uint8_t *wr = gemv ? (const uint8_t *)w->data + (r + i) * (w->cols / 2) + c0 / 2
                                                  : codes + i * kc;
                         tile_w4(rt, nt, g32, !gemv, wr, gemv ? w->cols / 2 : kc,
-                                (const uint16_t *)w->scale + (r + i) * ng + c0 / g, ng, f16, g,
+                                (const uint16_t *)w->scale + (r + i) * ng + c0 / g, ng, f16,
                                 j->xq + (t0 + b0) * j->ldxq + c0, j->ldxq,
                                 j->xc + (t0 + b0) * ldc + c0 / 4, ldc, len,
                                 facc + ((int64_t)i * tb + b0) * 16, tb);
