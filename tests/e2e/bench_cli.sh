@@ -10,6 +10,7 @@ fail=0
 rows=$(awk '$1 ~ /^(fp8|int8|int4|bf16)$/ && $4 > 0 && $5 > 0 && $6 > 0' "$TMPDIR/k" | wc -l)
 [ "$rows" -eq 16 ] || { echo "FAIL: expected 16 kernel rows, got $rows:"; cat "$TMPDIR/k"; fail=1; }
 grep -q '^int8  int8 ' "$TMPDIR/k" || { echo "FAIL: no W8A8 row"; fail=1; }
+grep -q '^int4  int8 ' "$TMPDIR/k" || { echo "FAIL: no W4A8 row"; fail=1; }
 
 "$DSR1" bench membw --size 64 >"$TMPDIR/m" || { echo "FAIL: bench membw exit"; fail=1; }
 grep -Eq '^membw: [0-9]+\.[0-9] GB/s' "$TMPDIR/m" || { echo "FAIL: membw line:"; cat "$TMPDIR/m"; fail=1; }

@@ -6,7 +6,8 @@
 #   one get_weather call with a {"city": ...} argument, parsed by dsr1), and
 #   MTP drafts are accepted on these trained weights;
 # - the same results, token for token, with --spec-draft 0, -j 1 and -j 16;
-# - INT4, INT8 and BF16 files: the trained shape again.
+# - INT4, INT8 and BF16 files: the trained shape again (INT4 in the fast
+#   mode runs W4A8 on the CPU backend, and the model line says so).
 # The per-family accuracy is printed, not asserted: this model does not reach
 # the 95% (models/tiny-r1/README.md has the figures and why).
 set -u
@@ -30,6 +31,12 @@ ev "$R1M" $S --same-as "$B" -- -j 16
 for t in int4 int8 bf16; do
     tiny_r1_type $t
     echo "type $t:"
+    if [ $t = int4 ]; then
+        "$DSR1" logits -m "$TMPDIR/tiny-r1-int4.dsr1" --ids 1,2 -o "$TMPDIR/l4.f32" \
+            >/dev/null 2>"$TMPDIR/l4.err" || { echo "FAIL: logits on int4"; cat "$TMPDIR/l4.err"; fail=1; }
+        grep -q "int4 weights, w4a8 int8 compute" "$TMPDIR/l4.err" ||
+            { echo "FAIL: the INT4 model line does not say w4a8:"; cat "$TMPDIR/l4.err"; fail=1; }
+    fi
     ev "$TMPDIR/tiny-r1-$t.dsr1" $S --check-format
 done
 exit $fail
