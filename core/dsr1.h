@@ -69,6 +69,10 @@ typedef struct dsr1_backend_info {
 int dsr1_backends(dsr1_backend_info *out, int max);
 /* Bytes of weights read per decoded token at batch 1 (active params). */
 uint64_t dsr1_model_active_weight_bytes(const dsr1_model *m);
+/* What speculative decoding costs on this model, in decode steps, from the
+ * weight bytes read: one more verify row (*row) and one MTP draft (*draft).
+ * The adaptive mode's defaults (dsr1_engine_options). */
+void dsr1_model_spec_costs(const dsr1_model *m, float *row, float *draft);
 
 /* ---- engine ----------------------------------------------------------- */
 
@@ -85,6 +89,9 @@ typedef struct dsr1_engine_options {
     dsr1_kv_type kv_type;
     int prefill_chunk;     /* max prompt tokens per sequence per step (default 512) */
     int spec_draft;        /* -1 adaptive (default), 0 off, N fixed draft length */
+    /* Adaptive mode: what one more verify row and one MTP draft cost, in
+     * decode steps; negative (default) = dsr1_model_spec_costs'. */
+    float spec_row_cost, spec_draft_cost;
     int prefix_cache;      /* 1 (default): share the KV of common prompt prefixes */
 } dsr1_engine_options;
 

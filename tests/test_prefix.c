@@ -127,6 +127,8 @@ static dsr1_engine *engine_chunk(dsr1_test_ctx *t, dsr1_model *m, int prefix, in
     o.ctx = 512;
     o.prefill_chunk = chunk;
     o.spec_draft = spec;
+    o.spec_row_cost = 0.55f; /* adaptive at R1's costs, as test_spec.c */
+    o.spec_draft_cost = 0;
     o.prefix_cache = prefix;
     o.kv_bytes = kv_bytes;
     dsr1_engine *e = NULL;
