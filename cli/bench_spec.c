@@ -31,7 +31,7 @@
 
 typedef struct spec_opts {
     const char *model, *backend, *prompts;
-    int threads, k, prompt, gen, f32, batch, gen_set;
+    int threads, k, prompt, gen, f32, batch, gen_set, rounds;
     double accept;
 } spec_opts;
 
@@ -40,6 +40,7 @@ static int usage(FILE *f)
     fprintf(f, "usage: dsr1 bench --spec [-m MODEL] [--k 1..%d] [--prompt N] [--gen N]\n"
                "                  [--accept A] [--threads N] [--backend NAME] [--f32]\n"
                "       dsr1 bench --spec -m MODEL --prompts FILE.jsonl [--batch N] [--gen N] [--k K]\n"
+               "                  [--rounds R]\n"
                "See dsr1-bench(1).\n", DSR1_SPEC_MAX_DRAFT);
     return f == stdout ? 0 : 2;
 }
@@ -55,7 +56,7 @@ static int num(int argc, char **argv, int *i, double lo, double hi, int integer,
  * Returns 0, 2 (usage error printed) or -1 (help printed). */
 static int parse(int argc, char **argv, spec_opts *o)
 {
-    *o = (spec_opts){.prompt = 64, .gen = 32, .accept = 0.8, .batch = 1};
+    *o = (spec_opts){.prompt = 64, .gen = 32, .accept = 0.8, .batch = 1, .rounds = 3};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         double v = 0;
@@ -73,6 +74,8 @@ static int parse(int argc, char **argv, spec_opts *o)
             o->f32 = 1;
         } else if (!strcmp(a, "--prompts") && i + 1 < argc) {
             o->prompts = argv[++i];
+        } else if (!strcmp(a, "--rounds")) {
+            if (!(rc = num(argc, argv, &i, 1, 15, 1, &v))) o->rounds = (int)v;
         } else if (!strcmp(a, "--batch")) {
             if (!(rc = num(argc, argv, &i, 1, 256, 1, &v))) o->batch = (int)v;
         } else if (!strcmp(a, "--k")) {
@@ -298,7 +301,8 @@ int dsr1_bench_spec(int argc, char **argv)
     int best_k = 1;
     if (!rc && o.prompts) {
         printf("model: %s: %s\n", path, dsr1_model_describe(m));
-        rc = dsr1_bench_spec_prompts(m, o.prompts, o.batch, o.gen_set ? o.gen : 256, o.k, &err);
+        rc = dsr1_bench_spec_prompts(m, o.prompts, o.batch, o.gen_set ? o.gen : 256, o.k,
+                                     o.rounds, &err);
         free(ids);
         dsr1_model_close(m);
         return rc ? dsr1_cli_fail(&err) : 0;

@@ -8,8 +8,9 @@
 #include "core/dsr1.h"
 
 /* Every prompt of the JSONL file at `batch` sequences, in the modes off,
- * adaptive and k = 1..k (3 when 0), the table printed on stdout. */
+ * adaptive and k = 1..k (3 when 0), interleaved in `rounds` rounds (at
+ * most 15), the table (medians) printed on stdout. */
 int dsr1_bench_spec_prompts(dsr1_model *m, const char *path, int batch, int gen, int k,
-                            dsr1_error *err);
+                            int rounds, dsr1_error *err);
 
 #endif

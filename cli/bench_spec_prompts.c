@@ -8,8 +8,10 @@
  * the prompts a user runs, and what the default (adaptive) mode makes of
  * it. So: every prompt of FILE, greedy, through one engine of N sequences
  * (a new prompt starts as one finishes), once per mode: off (spec_draft 0),
- * adaptive (-1) and fixed 1..K drafts. Printed: tokens/s of each mode and
- * its ratio to off, end to end (prefill included, the same in every mode),
+ * adaptive (-1) and fixed 1..K drafts, the modes interleaved in each of
+ * R rounds (a burst of load elsewhere hits every mode alike). Printed: the
+ * median tokens/s of each mode and its ratio to off's median, end to end
+ * (prefill included, the same in every mode),
  * the acceptance per mode and per prompt tag, and whether every mode
  * produced the off mode's tokens (greedy speculation is exact).
  *
@@ -31,6 +33,7 @@
 
 #define MAX_TAGS 32
 #define MAX_MODES (2 + DSR1_SPEC_MAX_DRAFT)
+#define MAX_ROUNDS 15
 
 typedef struct bprompt {
     int32_t *ids;
@@ -48,7 +51,8 @@ typedef struct bset {
 
 typedef struct bmode {
     int spec;
-    double seconds;
+    double seconds;            /* the last run's */
+    double tps[MAX_ROUNDS];    /* tokens/s of each round */
     long tokens, drafted[MAX_TAGS], accepted[MAX_TAGS], steps;
     int differ; /* prompts whose tokens differ from the off mode's */
 } bmode;
@@ -204,6 +208,19 @@ static int run_mode(dsr1_model *m, bset *s, int batch, int gen, bmode *md, dsr1_
 
 static double ratio(long a, long b) { return b ? (double)a / (double)b : 0; }
 
+static double median(const double *v, int n)
+{
+    double s[MAX_ROUNDS];
+    memcpy(s, v, (size_t)n * sizeof *v);
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && s[j - 1] > s[j]; j--) {
+            double t = s[j];
+            s[j] = s[j - 1];
+            s[j - 1] = t;
+        }
+    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+}
+
 static long sum(const long *v, int n)
 {
     long t = 0;
@@ -218,16 +235,16 @@ static void mode_name(int spec, char *buf, size_t cap)
     else snprintf(buf, cap, "k=%d", spec);
 }
 
-static void print_tables(const bset *s, const bmode *md, int n_modes)
+static void print_tables(const bset *s, const bmode *md, int n_modes, int rounds)
 {
-    double off = md[0].tokens / md[0].seconds;
+    double off = median(md[0].tps, rounds);
     printf("%-9s %9s %7s %8s %8s %7s %11s %7s\n", "mode", "tok/s", "x off", "drafted", "accepted",
            "accept", "tok/step", "same");
     for (int i = 0; i < n_modes; i++) {
         char name[16];
         mode_name(md[i].spec, name, sizeof name);
         long d = sum(md[i].drafted, s->n_tags), a = sum(md[i].accepted, s->n_tags);
-        double tps = md[i].tokens / md[i].seconds;
+        double tps = median(md[i].tps, rounds);
         printf("%-9s %9.2f %6.2fx %8ld %8ld %7.2f %11.2f %7s\n", name, tps, tps / off, d, a,
                ratio(a, d), md[i].steps ? (double)(md[i].steps + a) / (double)md[i].steps : 1.0,
                md[i].differ ? "NO" : "yes");
@@ -250,7 +267,7 @@ static void print_tables(const bset *s, const bmode *md, int n_modes)
 }
 
 int dsr1_bench_spec_prompts(dsr1_model *m, const char *path, int batch, int gen, int k,
-                            dsr1_error *err)
+                            int rounds, dsr1_error *err)
 {
     bset s = {0};
     int rc = load_prompts(&s, m, path, err);
@@ -261,12 +278,21 @@ int dsr1_bench_spec_prompts(dsr1_model *m, const char *path, int batch, int gen,
     for (int j = 1; j <= (k ? k : 3); j++) md[n_modes++] = (bmode){.spec = j};
     if (!rc) {
         printf("prompts: %s: %d prompts, %d tags; batch %d, at most %d tokens each, greedy; "
-               "tokens/s end to end (prefill included)\n\n", path, s.n, s.n_tags, batch, gen);
+               "tokens/s end to end (prefill included), median of %d interleaved rounds\n\n",
+               path, s.n, s.n_tags, batch, gen, rounds);
         bmode warm = {.spec = 0};
         rc = run_mode(m, &s, batch, gen, &warm, err); /* faults the weights in; records tokens */
     }
-    for (int i = 0; i < n_modes && !rc; i++) rc = run_mode(m, &s, batch, gen, &md[i], err);
-    if (!rc) print_tables(&s, md, n_modes);
+    if (rounds > MAX_ROUNDS) rounds = MAX_ROUNDS;
+    for (int r = 0; r < rounds && !rc; r++)
+        for (int i = 0; i < n_modes && !rc; i++) {
+            bmode one = {.spec = md[i].spec}; /* counts: the last round's (all equal) */
+            rc = run_mode(m, &s, batch, gen, &one, err);
+            memcpy(one.tps, md[i].tps, sizeof one.tps);
+            one.tps[r] = one.tokens / one.seconds;
+            md[i] = one;
+        }
+    if (!rc) print_tables(&s, md, n_modes, rounds);
     set_free(&s);
     return rc;
 }

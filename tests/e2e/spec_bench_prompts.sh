@@ -15,7 +15,7 @@ cat >"$P" <<'JSONL'
 
 {"prompt": "Count: 1 2 3", "tag": "story"}
 JSONL
-"$DSR1" bench --spec -m "$M" --prompts "$P" --batch 2 --gen 12 --k 2 >"$TMPDIR/b" 2>"$TMPDIR/e" ||
+"$DSR1" bench --spec -m "$M" --prompts "$P" --batch 2 --gen 12 --k 2 --rounds 2 >"$TMPDIR/b" 2>"$TMPDIR/e" ||
     { echo "FAIL: bench exit $?: $(cat "$TMPDIR/e")"; exit 1; }
 grep -q "^prompts: .*: 3 prompts, 2 tags; batch 2" "$TMPDIR/b" || { echo "FAIL: header"; fail=1; }
 for mode in off adaptive k=1 k=2; do
