@@ -92,6 +92,7 @@ static const char usage_text[] =
     "      --spec-draft N      MTP draft tokens per step: -1 adaptive (default), 0 off, 1..8\n"
     "      --verify            check every tensor's hash before loading (reads the whole file)\n"
     "      --threads N         CPU threads (default: one per physical core)\n"
+    "      --numa MODE         auto (the machine's NUMA nodes), off, or virtual:N (test split)\n"
     "      --backend NAME      auto, cpu, cuda or hip (default auto)\n"
     "      --preload           read the weights into memory first, with progress (default on\n"
     "                          a terminal when the file is not yet in the page cache)\n"

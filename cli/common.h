@@ -171,6 +171,7 @@ enum {
     DSR1_GEN_SPEC, DSR1_GEN_PRES, DSR1_GEN_FREQ, DSR1_GEN_VERIFY,
     DSR1_GEN_MLOCK, DSR1_GEN_PRELOAD, DSR1_GEN_NOPRELOAD, /* memory: no value */
     DSR1_GEN_NOPREFIX,                                    /* no value */
+    DSR1_GEN_NUMA,
     DSR1_GEN_OPT_END
 };
 /* getopt_long entries for the flags above, to splice into a command's table. */
@@ -196,7 +197,8 @@ enum {
     {"mlock", no_argument, 0, DSR1_GEN_MLOCK},                                        \
     {"preload", no_argument, 0, DSR1_GEN_PRELOAD},                                    \
     {"no-preload", no_argument, 0, DSR1_GEN_NOPRELOAD},                               \
-    {"no-prefix-cache", no_argument, 0, DSR1_GEN_NOPREFIX}
+    {"no-prefix-cache", no_argument, 0, DSR1_GEN_NOPREFIX},                           \
+    {"numa", required_argument, 0, DSR1_GEN_NUMA}
 
 typedef struct dsr1_gen_flags {
     dsr1_sampling *sampling; /* where the sampling flags go (caller's struct) */
@@ -207,6 +209,12 @@ typedef struct dsr1_gen_flags {
     int mlock;               /* --mlock: preload and lock the weights in memory */
     int no_prefix_cache;     /* --no-prefix-cache: every prompt computed in full */
 } dsr1_gen_flags;
+
+/* --numa auto|off|virtual:N: the CPU backend's NUMA split
+ * (dsr1_model_options.numa_nodes: 0, 1, N) into *out; 0, or 2 after a
+ * usage error naming cmd. Also a generation flag (DSR1_GEN_NUMA), which
+ * applies to every later dsr1_common_open_model. */
+int dsr1_common_numa_arg(const char *cmd, const char *v, int *out);
 
 /* --verify (no value) makes every later dsr1_common_open_model hash the
  * whole file against its directory before loading (dsr1 verify's check). */

@@ -40,6 +40,9 @@ typedef struct dsr1_model_options {
     /* Non-zero: hash every tensor's payload against the directory before
      * loading (reads the whole file once; see dsr1(5), "What is checked"). */
     int verify;
+    /* CPU backend NUMA split: 0 = the machine's nodes, 1 = off, N > 1 =
+     * N virtual nodes (dsr1_backend_options.numa_nodes). Same logits. */
+    int numa_nodes;
 } dsr1_model_options;
 
 int dsr1_model_open(dsr1_model **out, const char *path, const dsr1_model_options *opt,
