@@ -84,6 +84,7 @@ typedef struct cpu_ws {
     float *route_scratch;    /* [3E] */
     cpu_lane *lane;          /* [n_lanes] per NUMA node, owned; NULL with one node */
     int n_lanes;
+    uint64_t numa_runs;      /* MoE calls run node by node (tests check the path ran) */
 } cpu_ws;
 
 /* Bytes per gathered cache value: bf16 stays bf16, f32 and FP8 become f32. */

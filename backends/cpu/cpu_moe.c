@@ -105,6 +105,7 @@ void dsr1_cpu_moe(void *wsp, const dsr1_moe_weights *mw, const dsr1_moe_params *
     if (by_node(w, mw, E)) {
         node_job j = {w, mw, x, K, E, act};
         dsr1_numa_team_run(w->dev->team, run_node, &j);
+        w->numa_runs++;
     } else {
         cpu_lane l = {w->xg, w->yg, w->ha, w->hb};
         for (int e = 0; e < E; e++)

@@ -148,15 +148,27 @@ void dsr1_numa_describe(const dsr1_numa_topo *t, char *buf, size_t n)
 
 void dsr1_numa_threads(const dsr1_numa_topo *t, int threads, int *per_node)
 {
-    int N = t->n_nodes, given = 0;
+    int N = t->n_nodes, sum = 0;
+    double q[DSR1_NUMA_MAX_NODES]; /* each node's exact share */
     for (int k = 0; k < N; k++) {
-        int c = t->first[k + 1] - t->first[k];
-        per_node[k] = (int)((int64_t)threads * c / (t->n_cpus > 0 ? t->n_cpus : 1));
-        given += per_node[k];
+        q[k] = (double)threads * (t->first[k + 1] - t->first[k]) / (t->n_cpus > 0 ? t->n_cpus : 1);
+        per_node[k] = q[k] < 1 ? 1 : (int)q[k];
+        sum += per_node[k];
     }
-    for (int k = 0; given < threads; k = (k + 1) % N, given++) per_node[k]++;
-    for (int k = 0; k < N; k++)
-        if (per_node[k] < 1) per_node[k] = 1;
+    /* largest remainder first (lowest node on ties) until the sum is right */
+    while (sum < threads) {
+        int b = 0;
+        for (int k = 1; k < N; k++)
+            if (q[k] - per_node[k] > q[b] - per_node[b]) b = k;
+        per_node[b]++, sum++;
+    }
+    while (sum > threads) { /* only when minimums of 1 overshoot */
+        int b = -1;
+        for (int k = 0; k < N; k++)
+            if (per_node[k] > 1 && (b < 0 || q[k] - per_node[k] < q[b] - per_node[b])) b = k;
+        if (b < 0) break; /* every node at 1: threads < nodes */
+        per_node[b]--, sum--;
+    }
 }
 
 void dsr1_numa_partition(const uint64_t *bytes, int n, int n_nodes, int *node_of, uint64_t *load)
@@ -252,14 +264,6 @@ int dsr1_numa_interleave(void *addr, size_t len, const dsr1_numa_topo *t, dsr1_e
     return 0;
 }
 
-void dsr1_numa_pin_self(const dsr1_numa_topo *t, int node)
-{
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    for (int i = t->first[node]; i < t->first[node + 1]; i++) CPU_SET(t->cpus[i], &set);
-    (void)pthread_setaffinity_np(pthread_self(), sizeof set, &set); /* best effort */
-}
-
 /* ---- the node team ---------------------------------------------------------- */
 
 /* Spin before sleeping, as pool.c: a MoE layer is hundreds of microseconds. */
@@ -283,8 +287,10 @@ struct dsr1_numa_team {
     int stop;                    /* under mu */
     void (*fn)(void *, int);
     void *ctx;
-    pthread_t pinned;            /* the caller last pinned to node 0 */
-    int has_pinned;
+    pthread_t caller;            /* the last caller, whose mask is below */
+    int has_caller;
+    cpu_set_t caller_mask;       /* its own affinity, restored after each run */
+    cpu_set_t node0;             /* node 0's CPUs */
 };
 
 static void relax(void)
@@ -329,6 +335,8 @@ int dsr1_numa_team_create(dsr1_numa_team **out, const dsr1_numa_topo *t, dsr1_er
     if (!tm) return dsr1_errorf(err, DSR1_ENOMEM, "numa: out of memory");
     tm->n = t->n_nodes;
     tm->topo = t;
+    CPU_ZERO(&tm->node0);
+    for (int i = t->first[0]; i < t->first[1]; i++) CPU_SET(t->cpus[i], &tm->node0);
     pthread_mutex_init(&tm->mu, NULL);
     pthread_cond_init(&tm->wake, NULL);
     pthread_cond_init(&tm->done, NULL);
@@ -368,11 +376,17 @@ void dsr1_numa_team_free(dsr1_numa_team *tm)
 
 void dsr1_numa_team_run(dsr1_numa_team *tm, void (*fn)(void *ctx, int node), void *ctx)
 {
-    if (!tm->has_pinned || !pthread_equal(tm->pinned, pthread_self())) {
-        dsr1_numa_pin_self(tm->topo, 0);
-        tm->pinned = pthread_self();
-        tm->has_pinned = 1;
+    /* The caller drives node 0, so it runs on node 0 for the run, and
+     * gets its own mask back after: a thread left pinned would make every
+     * later affinity query (pool sizes, a second model's topology) see one
+     * node. Two system calls per MoE layer; no migration when the thread
+     * is on node 0 already. */
+    pthread_t self = pthread_self();
+    if (!tm->has_caller || !pthread_equal(tm->caller, self)) {
+        tm->has_caller = pthread_getaffinity_np(self, sizeof tm->caller_mask, &tm->caller_mask) == 0;
+        tm->caller = self;
     }
+    if (tm->has_caller) (void)pthread_setaffinity_np(self, sizeof tm->node0, &tm->node0);
     tm->fn = fn;
     tm->ctx = ctx;
     atomic_store(&tm->busy, tm->n - 1);
@@ -385,4 +399,5 @@ void dsr1_numa_team_run(dsr1_numa_team *tm, void (*fn)(void *ctx, int node), voi
     pthread_mutex_lock(&tm->mu);
     while (atomic_load(&tm->busy) != 0) pthread_cond_wait(&tm->done, &tm->mu);
     pthread_mutex_unlock(&tm->mu);
+    if (tm->has_caller) (void)pthread_setaffinity_np(self, sizeof tm->caller_mask, &tm->caller_mask);
 }

@@ -46,9 +46,9 @@ int dsr1_numa_topo_init(dsr1_numa_topo *t, int want, dsr1_error *err);
 /* "off", "2 nodes", "virtual:2 over 1 real node": for start-up lines. */
 void dsr1_numa_describe(const dsr1_numa_topo *t, char *buf, size_t n);
 
-/* Split `threads` over the nodes in proportion to their CPUs, every node
- * at least one (so the sum exceeds `threads` only when threads <
- * n_nodes). Largest remainders go to the lowest nodes: deterministic. */
+/* Split `threads` over the nodes in proportion to their CPUs (largest
+ * remainder, lowest node on ties: deterministic), every node at least one,
+ * so the sum exceeds `threads` only when threads < n_nodes. */
 void dsr1_numa_threads(const dsr1_numa_topo *t, int threads, int *per_node);
 
 /* Assign n items (experts) of bytes[i] each to n_nodes nodes, balancing
@@ -78,14 +78,12 @@ int dsr1_numa_count(const void *addr, size_t len, int node, size_t *on_node, siz
  * real nodes; otherwise 0 or DSR1_EIO. */
 int dsr1_numa_interleave(void *addr, size_t len, const dsr1_numa_topo *t, dsr1_error *err);
 
-/* Restrict the calling thread to node k's CPUs (best effort). */
-void dsr1_numa_pin_self(const dsr1_numa_topo *t, int node);
 
 /* ---- the node team --------------------------------------------------------- */
 
 /* One driver thread per node 1..n-1, pinned to that node's first CPU; node
- * 0's driver is the caller of dsr1_numa_team_run (pinned to node 0's CPUs
- * on its first run). */
+ * 0's driver is the caller of dsr1_numa_team_run (restricted to node 0's
+ * CPUs during the run, its own affinity restored after). */
 typedef struct dsr1_numa_team dsr1_numa_team;
 
 int dsr1_numa_team_create(dsr1_numa_team **out, const dsr1_numa_topo *t, dsr1_error *err);
