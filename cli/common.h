@@ -171,6 +171,7 @@ enum {
     DSR1_GEN_SPEC, DSR1_GEN_PRES, DSR1_GEN_FREQ, DSR1_GEN_VERIFY,
     DSR1_GEN_MLOCK, DSR1_GEN_PRELOAD, DSR1_GEN_NOPRELOAD, /* memory: no value */
     DSR1_GEN_NOPREFIX,                                    /* no value */
+    DSR1_GEN_KVTYPE,                                      /* bf16 | fp8 */
     DSR1_GEN_NUMA,
     DSR1_GEN_OPT_END
 };
@@ -198,6 +199,7 @@ enum {
     {"preload", no_argument, 0, DSR1_GEN_PRELOAD},                                    \
     {"no-preload", no_argument, 0, DSR1_GEN_NOPRELOAD},                               \
     {"no-prefix-cache", no_argument, 0, DSR1_GEN_NOPREFIX},                           \
+    {"kv-type", required_argument, 0, DSR1_GEN_KVTYPE},                               \
     {"numa", required_argument, 0, DSR1_GEN_NUMA}
 
 typedef struct dsr1_gen_flags {
@@ -208,6 +210,7 @@ typedef struct dsr1_gen_flags {
     int preload;             /* 0 auto (terminal, file not cached), 1 --preload, -1 --no-preload */
     int mlock;               /* --mlock: preload and lock the weights in memory */
     int no_prefix_cache;     /* --no-prefix-cache: every prompt computed in full */
+    int kv_fp8;              /* --kv-type fp8 (default bf16) */
 } dsr1_gen_flags;
 
 /* --numa auto|off|virtual:N: the CPU backend's NUMA split

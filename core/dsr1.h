@@ -40,6 +40,10 @@ typedef struct dsr1_model_options {
     /* Non-zero: hash every tensor's payload against the directory before
      * loading (reads the whole file once; see dsr1(5), "What is checked"). */
     int verify;
+    /* Non-zero: the fast mode's KV cache in FP8 e4m3 with a scale per row
+     * (half of BF16's bytes) for the model's own forwards (dsr1 eval);
+     * engines take theirs from dsr1_engine_options.kv_type. */
+    int kv_fp8;
     /* CPU backend NUMA split: 0 = the machine's nodes, 1 = off, N > 1 =
      * N virtual nodes (dsr1_backend_options.numa_nodes). Same logits. */
     int numa_nodes;
