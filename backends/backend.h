@@ -264,6 +264,11 @@ typedef struct dsr1_ws_sizes {
 typedef struct dsr1_backend_options {
     int threads;             /* CPU: worker threads, 0 = one per core */
     int device;              /* GPU: device index */
+    /* CPU: NUMA nodes to split experts and threads over (backends/cpu/
+     * numa.c): 0 = the machine's (libnuma; off on one node), 1 = off,
+     * N > 1 = N virtual nodes carved from the cores (tests the split on
+     * one node). Results never depend on it. GPUs ignore it. */
+    int numa_nodes;
 } dsr1_backend_options;
 
 typedef struct dsr1_backend_ops {

@@ -39,7 +39,7 @@ typedef struct model_opts {
     const char *model, *backend;
     int prompts[MAX_LIST], n_prompts;
     int batches[MAX_LIST], n_batches;
-    int gen, threads, f32, no_warmup;
+    int gen, threads, f32, no_warmup, numa;
 } model_opts;
 
 typedef struct model_result {
@@ -84,6 +84,8 @@ static int parse_opts(int argc, char **argv, model_opts *o)
             rc = parse_list(a, argv[++i], 1, 4096, o->batches, &o->n_batches);
         else if (!strcmp(a, "--gen") && has) {
             if (!(rc = dsr1_common_opt_num("bench", a, argv[++i], 1, 1 << 20, 1, &v))) o->gen = (int)v;
+        } else if (!strcmp(a, "--numa") && has) {
+            rc = dsr1_common_numa_arg("bench", argv[++i], &o->numa);
         } else if (!strcmp(a, "--threads") && has) {
             if (!(rc = dsr1_common_opt_num("bench", a, argv[++i], 1, 1024, 1, &v))) o->threads = (int)v;
         } else
@@ -268,7 +270,7 @@ int dsr1_bench_model(int argc, char **argv)
     char path[4096];
     dsr1_error err = {0};
     if (dsr1_common_model_path(o.model, path, sizeof path, &err)) return dsr1_cli_fail(&err);
-    dsr1_model_options mo = {.backend = o.backend, .threads = o.threads,
+    dsr1_model_options mo = {.backend = o.backend, .threads = o.threads, .numa_nodes = o.numa,
                              .compute = o.f32 ? DSR1_COMPUTE_F32 : DSR1_COMPUTE_FAST};
     dsr1_model *m = NULL;
     double membw = 0, bw = 0;

@@ -93,6 +93,7 @@ static const char usage_text[] =
     "      --kv-type T         KV cache bf16 (default) or fp8 (half the bytes, a little less exact)\n"
     "      --verify            check every tensor's hash before loading (reads the whole file)\n"
     "      --threads N         CPU threads (default: one per physical core)\n"
+    "      --numa MODE         auto (the machine's NUMA nodes), off, or virtual:N (test split)\n"
     "      --backend NAME      auto, cpu, cuda or hip (default auto)\n"
     "      --preload           read the weights into memory first, with progress (default on\n"
     "                          a terminal when the file is not yet in the page cache)\n"

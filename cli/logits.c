@@ -22,7 +22,7 @@
 
 typedef struct logits_args {
     const char *model, *ids, *ids_file, *out, *chunks;
-    int prefill, mtp, hidden, f32, threads;
+    int prefill, mtp, hidden, f32, threads, numa;
 } logits_args;
 
 static void usage(FILE *f)
@@ -38,6 +38,7 @@ static void usage(FILE *f)
                "  --hidden           final-normed hidden states instead of logits\n"
                "  --f32              the float32 compute path (exact)\n"
                "  --threads N        worker threads (default: one per core)\n"
+               "  --numa MODE        auto, off or virtual:N (CPU NUMA split; same logits)\n"
                "See dsr1-logits(1).\n");
 }
 
@@ -90,6 +91,9 @@ static int parse_args(int argc, char **argv, logits_args *a)
         else if ((v = VAL("--chunks"))) a->chunks = v;
         else if ((v = VAL("--prefill"))) a->prefill = atoi(v);
         else if ((v = VAL("--threads"))) a->threads = atoi(v);
+        else if ((v = VAL("--numa"))) {
+            if (dsr1_common_numa_arg("logits", v, &a->numa)) return 2;
+        }
         else if (!strcmp(o, "--mtp")) a->mtp = 1;
         else if (!strcmp(o, "--hidden")) a->hidden = 1;
         else if (!strcmp(o, "--f32")) a->f32 = 1;
@@ -187,7 +191,7 @@ static int run(const logits_args *a, const int32_t *ids, size_t n, const size_t 
     dsr1_model *m = NULL;
     if (probe_out(a->out, &err) || dsr1_common_model_path(a->model, path, sizeof path, &err))
         return dsr1_cli_fail(&err);
-    dsr1_model_options o = {.threads = a->threads,
+    dsr1_model_options o = {.threads = a->threads, .numa_nodes = a->numa,
                             .compute = a->f32 ? DSR1_COMPUTE_F32 : DSR1_COMPUTE_FAST};
     if (dsr1_model_open(&m, path, &o, &err)) return dsr1_cli_fail(&err);
     fprintf(stderr, "model: %s: %s\n", path, dsr1_model_describe(m));

@@ -44,6 +44,9 @@ typedef struct dsr1_model_options {
      * (half of BF16's bytes) for the model's own forwards (dsr1 eval);
      * engines take theirs from dsr1_engine_options.kv_type. */
     int kv_fp8;
+    /* CPU backend NUMA split: 0 = the machine's nodes, 1 = off, N > 1 =
+     * N virtual nodes (dsr1_backend_options.numa_nodes). Same logits. */
+    int numa_nodes;
 } dsr1_model_options;
 
 int dsr1_model_open(dsr1_model **out, const char *path, const dsr1_model_options *opt,

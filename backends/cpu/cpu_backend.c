@@ -30,6 +30,8 @@
 
 /* ---- device and workspace ---------------------------------------------------- */
 
+static void cpu_destroy(void *dev);
+
 static int cpu_probe(char *why, size_t n)
 {
     if (why && n) snprintf(why, n, "%s kernels",
@@ -46,10 +48,12 @@ static int cpu_create(const dsr1_backend_options *o, void **out, dsr1_error *err
         free(d);
         return rc;
     }
-    /* The kernel variant is named so a slow fallback is never silent. */
-    snprintf(d->desc, sizeof d->desc, "cpu (%s kernels, %d threads)",
-             dsr1_mm_avx512_usable() ? "avx512-bf16-vnni" : "portable",
-             dsr1_pool_size(d->pool));
+    if ((rc = dsr1_cpu_numa_create(d, o ? o->numa_nodes : 0, err))) {
+        cpu_destroy(d);
+        return rc;
+    }
+    /* The kernel variant is named so a slow fallback is never silent
+     * (cpu_describe). */
     *out = d;
     return 0;
 }
@@ -61,8 +65,10 @@ static void cpu_destroy(void *dev)
     while (d->weights) {
         struct dsr1_bweight *w = d->weights;
         d->weights = w->next;
+        free(w->node);
         free(w);
     }
+    dsr1_cpu_numa_destroy(d);
     dsr1_pool_free(d->pool);
     free(d);
 }
@@ -80,9 +86,11 @@ static int cpu_load(void *dev, const dsr1_wdesc *d, dsr1_placement where, dsr1_b
     struct dsr1_bweight *w = malloc(sizeof *w + (size_t)d->count * sizeof(dsr1_wmat));
     if (!w) return dsr1_errorf(err, DSR1_ENOMEM, "cpu backend: out of memory");
     w->count = d->count;
+    w->node = NULL;
     for (int64_t i = 0; i < d->count; i++) w->m[i] = dsr1_wdesc_mat(d, i);
     w->next = cd->weights;
     cd->weights = w;
+    DSR1_TRY(dsr1_cpu_numa_load(cd, d, w, err));
     *out = w;
     return 0;
 }
@@ -103,13 +111,24 @@ static void cpu_buf_free(void *dev, dsr1_bbuf *b)
     free(b);
 }
 
-static const char *cpu_describe(void *dev) { return ((cpu_dev *)dev)->desc; }
+/* Built when asked: the NUMA part reports pages placed by the loads. */
+static const char *cpu_describe(void *dev)
+{
+    cpu_dev *d = dev;
+    char numa[sizeof d->desc];
+    dsr1_cpu_numa_describe(d, numa, sizeof numa);
+    snprintf(d->desc, sizeof d->desc, "cpu (%s kernels, %d threads%s%s)",
+             dsr1_mm_avx512_usable() ? "avx512-bf16-vnni" : "portable", dsr1_pool_size(d->pool),
+             d->topo ? ", " : "", d->topo ? numa : "");
+    return d->desc;
+}
 
 static void cpu_ws_free(void *wsp)
 {
     cpu_ws *w = wsp;
     if (!w) return;
     dsr1_pool_free(w->own_pool);
+    dsr1_cpu_numa_ws_free(w);
     for (int i = 0; i < w->n_hpools; i++) dsr1_pool_free(w->hpool[i]);
     free(w->hpool);
     float *fs[] = {w->qcat, w->olat, w->scores, w->ha, w->hb, w->router, w->ew,
@@ -213,6 +232,7 @@ static int cpu_ws_create(void *dev, const dsr1_ws_sizes *s, void **out, dsr1_err
     int rc = alloc_attention(w);
     if (!rc) rc = alloc_hpools(w, dsr1_pool_size(w->dev->pool));
     if (!rc) rc = dsr1_pool_reserve(w->dev->pool, pool_need(w), NULL);
+    if (!rc) rc = dsr1_cpu_numa_ws(w);
     if (rc || !w->ha || !w->hb || !w->router || !w->eidx || !w->ew || !w->order || !w->count ||
         !w->first || !w->xg || !w->yg || !w->slots || !w->sh || !w->route_scratch) {
         cpu_ws_free(w);
@@ -366,20 +386,26 @@ static void cpu_rope(void *wsp, dsr1_view xv, int heads, int64_t hstride, int ro
 
 static float silu(float x) { return x / (1.0f + expf(-x)); }
 
-void dsr1_cpu_gated_mlp(cpu_ws *w, const dsr1_wmat *gate, const dsr1_wmat *up, const dsr1_wmat *down,
-                      const float *x, int64_t ldx, int n, float *y, int64_t ldy, dsr1_act act)
+void dsr1_cpu_gated_mlp_on(dsr1_pool *p, float *ha, float *hb, const dsr1_wmat *gate,
+                           const dsr1_wmat *up, const dsr1_wmat *down, const float *x,
+                           int64_t ldx, int n, float *y, int64_t ldy, dsr1_act act)
 {
-    dsr1_pool *p = dsr1_cpu_pool(w);
     int64_t I = gate->rows;
     if (gate->type == up->type) {
         /* one pool run and one preparation of x for both halves */
-        dsr1_ffn_gate_up(p, gate, up, x, ldx, w->ha, I, n, act);
+        dsr1_ffn_gate_up(p, gate, up, x, ldx, ha, I, n, act);
     } else {
-        dsr1_matmul(p, gate, x, ldx, w->ha, I, n, act);
-        dsr1_matmul(p, up, x, ldx, w->hb, I, n, act);
-        for (size_t i = 0; i < (size_t)n * (size_t)I; i++) w->ha[i] = silu(w->ha[i]) * w->hb[i];
+        dsr1_matmul(p, gate, x, ldx, ha, I, n, act);
+        dsr1_matmul(p, up, x, ldx, hb, I, n, act);
+        for (size_t i = 0; i < (size_t)n * (size_t)I; i++) ha[i] = silu(ha[i]) * hb[i];
     }
-    dsr1_matmul(p, down, w->ha, I, y, ldy, n, act);
+    dsr1_matmul(p, down, ha, I, y, ldy, n, act);
+}
+
+void dsr1_cpu_gated_mlp(cpu_ws *w, const dsr1_wmat *gate, const dsr1_wmat *up, const dsr1_wmat *down,
+                      const float *x, int64_t ldx, int n, float *y, int64_t ldy, dsr1_act act)
+{
+    dsr1_cpu_gated_mlp_on(dsr1_cpu_pool(w), w->ha, w->hb, gate, up, down, x, ldx, n, y, ldy, act);
 }
 
 static void cpu_ffn(void *ws, const dsr1_bweight *gate, const dsr1_bweight *up,

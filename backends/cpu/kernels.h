@@ -45,6 +45,10 @@ typedef struct dsr1_pool dsr1_pool;
 /* nthreads <= 0: one per available core. Threads are pinned to cores
  * (and NUMA nodes) when the affinity call is allowed. */
 int dsr1_pool_create(dsr1_pool **out, int nthreads, dsr1_error *err);
+/* The same on a given CPU list (a NUMA node's): worker i is pinned to
+ * cpus[i] when nthreads <= ncpus, the caller is expected on cpus[0]. */
+int dsr1_pool_create_on(dsr1_pool **out, int nthreads, const int *cpus, int ncpus,
+                        dsr1_error *err);
 void dsr1_pool_free(dsr1_pool *p); /* NULL is a no-op */
 int dsr1_pool_size(const dsr1_pool *p);
 /* Call fn(ctx, task, ntasks) for task = 0..ntasks-1 spread over the pool's
