@@ -30,7 +30,7 @@
 
 typedef struct spec_opts {
     const char *model, *backend;
-    int threads, k, prompt, gen, f32;
+    int threads, k, prompt, gen, f32, deterministic;
     double accept;
 } spec_opts;
 
@@ -69,6 +69,8 @@ static int parse(int argc, char **argv, spec_opts *o)
             o->backend = argv[++i];
         } else if (!strcmp(a, "--f32")) {
             o->f32 = 1;
+        } else if (!strcmp(a, "--deterministic")) {
+            o->deterministic = 1;
         } else if (!strcmp(a, "--k")) {
             if (!(rc = num(argc, argv, &i, 1, DSR1_SPEC_MAX_DRAFT, 1, &v))) o->k = (int)v;
         } else if (!strcmp(a, "--prompt")) {
@@ -281,7 +283,8 @@ int dsr1_bench_spec(int argc, char **argv)
     dsr1_error err = {0};
     if (dsr1_common_model_path(o.model, path, sizeof path, &err)) return dsr1_cli_fail(&err);
     dsr1_model_options mo = {.backend = o.backend, .threads = o.threads,
-                             .compute = o.f32 ? DSR1_COMPUTE_F32 : DSR1_COMPUTE_FAST};
+                             .compute = o.f32 ? DSR1_COMPUTE_F32 : DSR1_COMPUTE_FAST,
+                             .deterministic = o.deterministic};
     dsr1_model *m = NULL;
     if (dsr1_model_open(&m, path, &mo, &err)) return dsr1_cli_fail(&err);
     int32_t *ids = malloc((size_t)(o.prompt + o.gen) * sizeof *ids);

@@ -170,7 +170,7 @@ enum {
     DSR1_GEN_MINP, DSR1_GEN_REP, DSR1_GEN_SEED, DSR1_GEN_CTX, DSR1_GEN_THREADS,
     DSR1_GEN_SPEC, DSR1_GEN_PRES, DSR1_GEN_FREQ, DSR1_GEN_VERIFY,
     DSR1_GEN_MLOCK, DSR1_GEN_PRELOAD, DSR1_GEN_NOPRELOAD, /* memory: no value */
-    DSR1_GEN_NOPREFIX,                                    /* no value */
+    DSR1_GEN_NOPREFIX, DSR1_GEN_DETERMINISTIC,            /* no value */
     DSR1_GEN_OPT_END
 };
 /* getopt_long entries for the flags above, to splice into a command's table. */
@@ -196,7 +196,8 @@ enum {
     {"mlock", no_argument, 0, DSR1_GEN_MLOCK},                                        \
     {"preload", no_argument, 0, DSR1_GEN_PRELOAD},                                    \
     {"no-preload", no_argument, 0, DSR1_GEN_NOPRELOAD},                               \
-    {"no-prefix-cache", no_argument, 0, DSR1_GEN_NOPREFIX}
+    {"no-prefix-cache", no_argument, 0, DSR1_GEN_NOPREFIX},                           \
+    {"deterministic", no_argument, 0, DSR1_GEN_DETERMINISTIC}
 
 typedef struct dsr1_gen_flags {
     dsr1_sampling *sampling; /* where the sampling flags go (caller's struct) */

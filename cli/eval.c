@@ -304,7 +304,7 @@ static void report(const char *path, const char *refpath, const dsr1_model *fast
 int dsr1_cmd_eval(int argc, char **argv)
 {
     const char *model = NULL, *prompts = NULL, *ids = NULL, *refpath = NULL;
-    int threads = 0, json = 0;
+    int threads = 0, json = 0, deterministic = 0;
     double n = 64;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -315,6 +315,7 @@ int dsr1_cmd_eval(int argc, char **argv)
         else if (!strcmp(a, "--ids") && has) ids = argv[++i];
         else if (!strcmp(a, "--ref") && has) refpath = argv[++i];
         else if (!strcmp(a, "--json")) json = 1;
+        else if (!strcmp(a, "--deterministic")) deterministic = 1;
         else if (!strcmp(a, "--n") && has) {
             if (dsr1_common_opt_num("eval", "--n", argv[++i], 1, 1 << 20, 1, &n)) return 2;
         } else if (!strcmp(a, "--threads") && has) {
@@ -327,7 +328,8 @@ int dsr1_cmd_eval(int argc, char **argv)
     char path[4096];
     dsr1_error err = {0};
     if (dsr1_common_model_path(model, path, sizeof path, &err)) return dsr1_cli_fail(&err);
-    dsr1_model_options fo = {.threads = threads, .compute = DSR1_COMPUTE_FAST};
+    dsr1_model_options fo = {.threads = threads, .compute = DSR1_COMPUTE_FAST,
+                             .deterministic = deterministic};
     dsr1_model_options ro = {.threads = threads, .compute = DSR1_COMPUTE_F32};
     dsr1_model *fast = NULL, *ref = NULL;
     static seqs s; /* large arrays: not on the stack (cli/ may keep state) */

@@ -22,7 +22,7 @@
 
 typedef struct logits_args {
     const char *model, *ids, *ids_file, *out, *chunks;
-    int prefill, mtp, hidden, f32, threads;
+    int prefill, mtp, hidden, f32, threads, deterministic;
 } logits_args;
 
 static void usage(FILE *f)
@@ -93,6 +93,7 @@ static int parse_args(int argc, char **argv, logits_args *a)
         else if (!strcmp(o, "--mtp")) a->mtp = 1;
         else if (!strcmp(o, "--hidden")) a->hidden = 1;
         else if (!strcmp(o, "--f32")) a->f32 = 1;
+        else if (!strcmp(o, "--deterministic")) a->deterministic = 1;
         else return dsr1_cli_usage("logits", "unknown or incomplete option '%s'", o);
 #undef VAL
     }
@@ -188,7 +189,8 @@ static int run(const logits_args *a, const int32_t *ids, size_t n, const size_t 
     if (probe_out(a->out, &err) || dsr1_common_model_path(a->model, path, sizeof path, &err))
         return dsr1_cli_fail(&err);
     dsr1_model_options o = {.threads = a->threads,
-                            .compute = a->f32 ? DSR1_COMPUTE_F32 : DSR1_COMPUTE_FAST};
+                            .compute = a->f32 ? DSR1_COMPUTE_F32 : DSR1_COMPUTE_FAST,
+                            .deterministic = a->deterministic};
     if (dsr1_model_open(&m, path, &o, &err)) return dsr1_cli_fail(&err);
     fprintf(stderr, "model: %s: %s\n", path, dsr1_model_describe(m));
     const dsr1_config *c = dsr1_model_config(m);

@@ -18,7 +18,10 @@
  * that depends only on that token (matmul's contract, attention products
  * whose extra columns are exact zeros, per-token expert combination in
  * routing order), so a token's result is the same alone or batched, with
- * any thread count.
+ * any thread count. That holds always with `deterministic` set; in the
+ * fast mode (the default) matmuls of DSR1_CPU_DNNL_MIN_N tokens or more go
+ * through oneDNN (matmul_dnnl.c), whose results depend on the batch shape
+ * within bf16 rounding.
  */
 #include <math.h>
 #include <stdio.h>
@@ -46,10 +49,13 @@ static int cpu_create(const dsr1_backend_options *o, void **out, dsr1_error *err
         free(d);
         return rc;
     }
-    /* The kernel variant is named so a slow fallback is never silent. */
-    snprintf(d->desc, sizeof d->desc, "cpu (%s kernels, %d threads)",
-             dsr1_mm_avx512_usable() ? "avx512-bf16-vnni" : "portable",
-             dsr1_pool_size(d->pool));
+    d->fast_gemm = !(o && o->deterministic) && dsr1_dnnl_usable();
+    /* The kernel variant and the mode are named so neither is silent. */
+    snprintf(d->desc, sizeof d->desc, "cpu (%s kernels, %d threads, %s)",
+             dsr1_mm_avx512_usable() ? "avx512-bf16-vnni" : "portable", dsr1_pool_size(d->pool),
+             d->fast_gemm ? (dsr1_dnnl_has_amx() ? "fast: onednn amx prefill"
+                                                 : "fast: onednn avx512-bf16 prefill")
+             : o && o->deterministic ? "deterministic" : "fast: no onednn bf16 kernels here");
     *out = d;
     return 0;
 }
@@ -110,6 +116,7 @@ static void cpu_ws_free(void *wsp)
     cpu_ws *w = wsp;
     if (!w) return;
     dsr1_pool_free(w->own_pool);
+    dsr1_dnnl_free(w->dnnl);
     for (int i = 0; i < w->n_hpools; i++) dsr1_pool_free(w->hpool[i]);
     free(w->hpool);
     float *fs[] = {w->qcat, w->olat, w->scores, w->ha, w->hb, w->router, w->ew,
@@ -211,6 +218,11 @@ static int cpu_ws_create(void *dev, const dsr1_ws_sizes *s, void **out, dsr1_err
     w->sh = malloc(T * D * 4);
     w->route_scratch = malloc((3 * E + 1) * 4);
     int rc = alloc_attention(w);
+    int drc = !rc && w->dev->fast_gemm ? dsr1_dnnl_create(&w->dnnl, err) : 0;
+    if (drc) {
+        cpu_ws_free(w);
+        return drc;
+    }
     if (!rc) rc = alloc_hpools(w, dsr1_pool_size(w->dev->pool));
     if (!rc) rc = dsr1_pool_reserve(w->dev->pool, pool_need(w), NULL);
     if (rc || !w->ha || !w->hb || !w->router || !w->eidx || !w->ew || !w->order || !w->count ||
@@ -332,10 +344,20 @@ static void cpu_rmsnorm(void *ws, dsr1_view xv, const dsr1_bweight *wt, int dim,
     }
 }
 
+void dsr1_cpu_matmul(cpu_ws *w, const dsr1_wmat *m, const float *x, int64_t ldx, float *y,
+                     int64_t ldy, int n, dsr1_act act)
+{
+    /* F32 is the exact mode: never oneDNN. A refusal (no fast kernel for
+     * the shape, out of memory) leaves y to our kernels, same precision. */
+    if (w->dnnl && act != DSR1_ACT_F32 && n >= DSR1_CPU_DNNL_MIN_N &&
+        dsr1_dnnl_matmul(w->dnnl, dsr1_cpu_pool(w), m, x, ldx, y, ldy, n) == 0)
+        return;
+    dsr1_matmul(dsr1_cpu_pool(w), m, x, ldx, y, ldy, n, act);
+}
+
 static void cpu_matmul(void *ws, const dsr1_bweight *w, dsr1_view x, dsr1_view y, int n, dsr1_act act)
 {
-    dsr1_matmul(dsr1_cpu_pool(ws), dsr1_cpu_mat(w, 0), dsr1_cpu_ptr(x), x.ld, dsr1_cpu_ptr(y), y.ld,
-                n, act);
+    dsr1_cpu_matmul(ws, dsr1_cpu_mat(w, 0), dsr1_cpu_ptr(x), x.ld, dsr1_cpu_ptr(y), y.ld, n, act);
 }
 
 static void cpu_rope(void *wsp, dsr1_view xv, int heads, int64_t hstride, int rope_dim,
@@ -371,7 +393,11 @@ void dsr1_cpu_gated_mlp(cpu_ws *w, const dsr1_wmat *gate, const dsr1_wmat *up, c
 {
     dsr1_pool *p = dsr1_cpu_pool(w);
     int64_t I = gate->rows;
-    if (gate->type == up->type) {
+    if (w->dnnl && act != DSR1_ACT_F32 && n >= DSR1_CPU_DNNL_MIN_N) {
+        dsr1_cpu_matmul(w, gate, x, ldx, w->ha, I, n, act);
+        dsr1_cpu_matmul(w, up, x, ldx, w->hb, I, n, act);
+        for (size_t i = 0; i < (size_t)n * (size_t)I; i++) w->ha[i] = silu(w->ha[i]) * w->hb[i];
+    } else if (gate->type == up->type) {
         /* one pool run and one preparation of x for both halves */
         dsr1_ffn_gate_up(p, gate, up, x, ldx, w->ha, I, n, act);
     } else {
@@ -379,7 +405,7 @@ void dsr1_cpu_gated_mlp(cpu_ws *w, const dsr1_wmat *gate, const dsr1_wmat *up, c
         dsr1_matmul(p, up, x, ldx, w->hb, I, n, act);
         for (size_t i = 0; i < (size_t)n * (size_t)I; i++) w->ha[i] = silu(w->ha[i]) * w->hb[i];
     }
-    dsr1_matmul(p, down, w->ha, I, y, ldy, n, act);
+    dsr1_cpu_matmul(w, down, w->ha, I, y, ldy, n, act);
 }
 
 static void cpu_ffn(void *ws, const dsr1_bweight *gate, const dsr1_bweight *up,
