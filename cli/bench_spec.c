@@ -37,7 +37,7 @@ typedef struct spec_opts {
 static int usage(FILE *f)
 {
     fprintf(f, "usage: dsr1 bench --spec [-m MODEL] [--k 1..%d] [--prompt N] [--gen N]\n"
-               "                  [--accept A] [--threads N] [--backend NAME] [--f32]\n"
+               "                  [--accept A] [--threads N] [--backend NAME] [--f32] [--deterministic]\n"
                "See dsr1-bench(1).\n", DSR1_SPEC_MAX_DRAFT);
     return f == stdout ? 0 : 2;
 }

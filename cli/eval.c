@@ -45,11 +45,12 @@ typedef struct routing {
 static int usage(FILE *f)
 {
     fprintf(f, "usage: dsr1 eval [-m MODEL] [--prompts FILE | --ids ID,ID,...] [--n N]\n"
-               "                 [--ref FILE] [--threads N] [--json]\n"
+               "                 [--ref FILE] [--threads N] [--json] [--deterministic]\n"
                "Compares the fast compute path with the float32 path (teacher-forced):\n"
                "top-1 agreement, logit cosine, KL(f32 || fast). --ref FILE takes the float32\n"
                "path of another file with the same shapes instead (the cost of a weight type,\n"
-               "e.g. an INT8 LM head against a BF16 one). See dsr1-eval(1).\n");
+               "e.g. an INT8 LM head against a BF16 one). --deterministic: the fast path with\n"
+               "only batch-invariant kernels (no oneDNN). See dsr1-eval(1).\n");
     return f == stdout ? 0 : 2;
 }
 

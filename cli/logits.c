@@ -37,6 +37,8 @@ static void usage(FILE *f)
                "  --mtp              MTP draft logits for positions 0..n-2\n"
                "  --hidden           final-normed hidden states instead of logits\n"
                "  --f32              the float32 compute path (exact)\n"
+               "  --deterministic    only batch-invariant kernels (the same bits whatever the\n"
+               "                     chunking; default: fast mode, oneDNN for 128+ token chunks)\n"
                "  --threads N        worker threads (default: one per core)\n"
                "See dsr1-logits(1).\n");
 }

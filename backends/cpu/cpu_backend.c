@@ -344,13 +344,22 @@ static void cpu_rmsnorm(void *ws, dsr1_view xv, const dsr1_bweight *wt, int dim,
     }
 }
 
+/* Whether the fast mode sends this matmul to oneDNN. F32 is the exact
+ * mode: never. INT8 weights in the INT8 (W8A8) mode stay ours: our VNNI
+ * kernel was faster than oneDNN's bf16 GEMM at every n measured (README,
+ * "Fast and deterministic mode"), and the mode's numerics stay the same. */
+static int take_dnnl(const cpu_ws *w, const dsr1_wmat *m, int n, dsr1_act act)
+{
+    return w->dnnl && n >= DSR1_CPU_DNNL_MIN_N && act != DSR1_ACT_F32 &&
+           !(act == DSR1_ACT_INT8 && m->type == DSR1_T_INT8);
+}
+
 void dsr1_cpu_matmul(cpu_ws *w, const dsr1_wmat *m, const float *x, int64_t ldx, float *y,
                      int64_t ldy, int n, dsr1_act act)
 {
-    /* F32 is the exact mode: never oneDNN. A refusal (no fast kernel for
-     * the shape, out of memory) leaves y to our kernels, same precision. */
-    if (w->dnnl && act != DSR1_ACT_F32 && n >= DSR1_CPU_DNNL_MIN_N &&
-        dsr1_dnnl_matmul(w->dnnl, dsr1_cpu_pool(w), m, x, ldx, y, ldy, n) == 0)
+    /* A refusal (no fast kernel for the shape, out of memory) leaves y to
+     * our kernels, in the same bf16 precision. */
+    if (take_dnnl(w, m, n, act) && dsr1_dnnl_matmul(w->dnnl, dsr1_cpu_pool(w), m, x, ldx, y, ldy, n) == 0)
         return;
     dsr1_matmul(dsr1_cpu_pool(w), m, x, ldx, y, ldy, n, act);
 }
@@ -393,7 +402,7 @@ void dsr1_cpu_gated_mlp(cpu_ws *w, const dsr1_wmat *gate, const dsr1_wmat *up, c
 {
     dsr1_pool *p = dsr1_cpu_pool(w);
     int64_t I = gate->rows;
-    if (w->dnnl && act != DSR1_ACT_F32 && n >= DSR1_CPU_DNNL_MIN_N) {
+    if (take_dnnl(w, gate, n, act) && take_dnnl(w, up, n, act)) {
         dsr1_cpu_matmul(w, gate, x, ldx, w->ha, I, n, act);
         dsr1_cpu_matmul(w, up, x, ldx, w->hb, I, n, act);
         for (size_t i = 0; i < (size_t)n * (size_t)I; i++) w->ha[i] = silu(w->ha[i]) * w->hb[i];
