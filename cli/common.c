@@ -722,6 +722,12 @@ int dsr1_common_gen_flag(const char *cmd, dsr1_gen_flags *f, int c, const char *
         else f->preload = c == DSR1_GEN_PRELOAD ? 1 : -1;
         return 0;
     }
+    if (c == DSR1_GEN_KVTYPE) {
+        if (strcmp(v, "bf16") && strcmp(v, "fp8"))
+            return dsr1_cli_usage(cmd, "--kv-type: expected bf16 or fp8, got '%s'", v);
+        f->kv_fp8 = !strcmp(v, "fp8");
+        return 0;
+    }
     int i = c - DSR1_GEN_OPT_BASE;
     double x;
     if (dsr1_common_opt_num(cmd, t[i].flag, v, t[i].lo, t[i].hi, t[i].integer, &x)) return 2;

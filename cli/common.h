@@ -171,6 +171,7 @@ enum {
     DSR1_GEN_SPEC, DSR1_GEN_PRES, DSR1_GEN_FREQ, DSR1_GEN_VERIFY,
     DSR1_GEN_MLOCK, DSR1_GEN_PRELOAD, DSR1_GEN_NOPRELOAD, /* memory: no value */
     DSR1_GEN_NOPREFIX, DSR1_GEN_DETERMINISTIC,            /* no value */
+    DSR1_GEN_KVTYPE,                                      /* bf16 | fp8 */
     DSR1_GEN_OPT_END
 };
 /* getopt_long entries for the flags above, to splice into a command's table. */
@@ -197,7 +198,8 @@ enum {
     {"preload", no_argument, 0, DSR1_GEN_PRELOAD},                                    \
     {"no-preload", no_argument, 0, DSR1_GEN_NOPRELOAD},                               \
     {"no-prefix-cache", no_argument, 0, DSR1_GEN_NOPREFIX},                           \
-    {"deterministic", no_argument, 0, DSR1_GEN_DETERMINISTIC}
+    {"deterministic", no_argument, 0, DSR1_GEN_DETERMINISTIC},                        \
+    {"kv-type", required_argument, 0, DSR1_GEN_KVTYPE}
 
 typedef struct dsr1_gen_flags {
     dsr1_sampling *sampling; /* where the sampling flags go (caller's struct) */
@@ -207,6 +209,7 @@ typedef struct dsr1_gen_flags {
     int preload;             /* 0 auto (terminal, file not cached), 1 --preload, -1 --no-preload */
     int mlock;               /* --mlock: preload and lock the weights in memory */
     int no_prefix_cache;     /* --no-prefix-cache: every prompt computed in full */
+    int kv_fp8;              /* --kv-type fp8 (default bf16) */
 } dsr1_gen_flags;
 
 /* --verify (no value) makes every later dsr1_common_open_model hash the

@@ -46,6 +46,10 @@ typedef struct dsr1_model_options {
      * mode (the CPU runs large prefill matmuls through oneDNN; results
      * then differ by bf16 rounding between batch shapes). */
     int deterministic;
+    /* Non-zero: the fast mode's KV cache in FP8 e4m3 with a scale per row
+     * (half of BF16's bytes) for the model's own forwards (dsr1 eval);
+     * engines take theirs from dsr1_engine_options.kv_type. */
+    int kv_fp8;
 } dsr1_model_options;
 
 int dsr1_model_open(dsr1_model **out, const char *path, const dsr1_model_options *opt,

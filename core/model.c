@@ -388,6 +388,7 @@ int dsr1_model_open(dsr1_model **out, const char *path, const dsr1_model_options
     if (!m) return dsr1_errorf(err, DSR1_ENOMEM, "%s: out of memory", path);
     if (opt) {
         m->compute = opt->compute;
+        m->kv_fp8 = opt->kv_fp8;
         m->threads = opt->threads;
         m->progress = opt->progress;
         m->progress_ctx = opt->progress_ctx;

@@ -1,9 +1,9 @@
 #!/bin/sh
 # tiny_r1_chat_tmux.sh - `dsr1 chat` on the trained tiny R1 in a real
 # terminal (tmux): a question gets its reasoning streamed under the
-# thinking header, the answer after it in the trained shape (the model is
-# undertrained: the numbers are not asserted, see models/tiny-r1/README.md);
-# a second turn on the same history; the screen is printed as a recording.
+# thinking header with the carries worked, then the right answer; a second
+# turn on the same history answered right too; the screen is printed as a
+# recording.
 set -u
 . tests/e2e/lib/tiny_r1.sh
 fail=0
@@ -19,9 +19,11 @@ wait_for 'Type a message' || exit 1
 send "What is 47 + 85?" Enter
 wait_for '^[0-9]* + [0-9]* = [0-9]*\.$'
 screen | grep -q '^thinking' || bad "no thinking header"
-screen | grep -q '^Units: [0-9] + [0-9] = [0-9]*, write [0-9] carry [01]\.' || bad "reasoning not shown"
+screen | grep -q '^Units: 7 + 5 = 12, write 2 carry 1\.' || bad "reasoning not shown"
+screen | grep -q '^47 + 85 = 132\.$' || bad "wrong sum"
 send 'Which is larger, 61 or 16?' Enter
 wait_for '^[0-9]* is larger than [0-9]*\.$'
+screen | grep -q '^61 is larger than 16\.$' || bad "wrong comparison"
 send C-d
 wait_for 'EXITED 0'
 echo "---- terminal recording (tmux capture) ----"
