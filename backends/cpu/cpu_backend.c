@@ -344,14 +344,15 @@ static void cpu_rmsnorm(void *ws, dsr1_view xv, const dsr1_bweight *wt, int dim,
     }
 }
 
-/* Whether the fast mode sends this matmul to oneDNN. F32 is the exact
- * mode: never. INT8 weights in the INT8 (W8A8) mode stay ours: our VNNI
- * kernel was faster than oneDNN's bf16 GEMM at every n measured (README,
- * "Fast and deterministic mode"), and the mode's numerics stay the same. */
+/* Whether the fast mode sends this matmul to oneDNN: FP8 weights only,
+ * n >= DSR1_CPU_DNNL_MIN_N, never in the exact F32 mode. Measured on Zen 4
+ * (README, "Fast and deterministic mode"): oneDNN won for FP8 from 128
+ * tokens; for BF16 weights it lost or tied (0.54-0.99 of our speed) and
+ * INT8's W8A8 kernel beat it; INT4 was not measured, so it stays ours. */
 static int take_dnnl(const cpu_ws *w, const dsr1_wmat *m, int n, dsr1_act act)
 {
     return w->dnnl && n >= DSR1_CPU_DNNL_MIN_N && act != DSR1_ACT_F32 &&
-           !(act == DSR1_ACT_INT8 && m->type == DSR1_T_INT8);
+           m->type == DSR1_T_FP8_E4M3;
 }
 
 void dsr1_cpu_matmul(cpu_ws *w, const dsr1_wmat *m, const float *x, int64_t ldx, float *y,
