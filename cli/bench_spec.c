@@ -31,14 +31,14 @@
 
 typedef struct spec_opts {
     const char *model, *backend, *prompts;
-    int threads, k, prompt, gen, f32, batch, gen_set, rounds;
+    int threads, k, prompt, gen, f32, batch, gen_set, rounds, deterministic;
     double accept;
 } spec_opts;
 
 static int usage(FILE *f)
 {
     fprintf(f, "usage: dsr1 bench --spec [-m MODEL] [--k 1..%d] [--prompt N] [--gen N]\n"
-               "                  [--accept A] [--threads N] [--backend NAME] [--f32]\n"
+               "                  [--accept A] [--threads N] [--backend NAME] [--f32] [--deterministic]\n"
                "       dsr1 bench --spec -m MODEL --prompts FILE.jsonl [--batch N] [--gen N] [--k K]\n"
                "                  [--rounds R]\n"
                "See dsr1-bench(1).\n", DSR1_SPEC_MAX_DRAFT);
@@ -72,6 +72,8 @@ static int parse(int argc, char **argv, spec_opts *o)
             o->backend = argv[++i];
         } else if (!strcmp(a, "--f32")) {
             o->f32 = 1;
+        } else if (!strcmp(a, "--deterministic")) {
+            o->deterministic = 1;
         } else if (!strcmp(a, "--prompts") && i + 1 < argc) {
             o->prompts = argv[++i];
         } else if (!strcmp(a, "--rounds")) {
@@ -290,7 +292,8 @@ int dsr1_bench_spec(int argc, char **argv)
     dsr1_error err = {0};
     if (dsr1_common_model_path(o.model, path, sizeof path, &err)) return dsr1_cli_fail(&err);
     dsr1_model_options mo = {.backend = o.backend, .threads = o.threads,
-                             .compute = o.f32 ? DSR1_COMPUTE_F32 : DSR1_COMPUTE_FAST};
+                             .compute = o.f32 ? DSR1_COMPUTE_F32 : DSR1_COMPUTE_FAST,
+                             .deterministic = o.deterministic};
     dsr1_model *m = NULL;
     if (dsr1_model_open(&m, path, &mo, &err)) return dsr1_cli_fail(&err);
     int32_t *ids = malloc((size_t)(o.prompt + o.gen) * sizeof *ids);

@@ -170,7 +170,7 @@ enum {
     DSR1_GEN_MINP, DSR1_GEN_REP, DSR1_GEN_SEED, DSR1_GEN_CTX, DSR1_GEN_THREADS,
     DSR1_GEN_SPEC, DSR1_GEN_PRES, DSR1_GEN_FREQ, DSR1_GEN_VERIFY,
     DSR1_GEN_MLOCK, DSR1_GEN_PRELOAD, DSR1_GEN_NOPRELOAD, /* memory: no value */
-    DSR1_GEN_NOPREFIX,                                    /* no value */
+    DSR1_GEN_NOPREFIX, DSR1_GEN_DETERMINISTIC,            /* no value */
     DSR1_GEN_KVTYPE,                                      /* bf16 | fp8 */
     DSR1_GEN_NUMA,
     DSR1_GEN_OPT_END
@@ -200,7 +200,8 @@ enum {
     {"no-preload", no_argument, 0, DSR1_GEN_NOPRELOAD},                               \
     {"no-prefix-cache", no_argument, 0, DSR1_GEN_NOPREFIX},                           \
     {"kv-type", required_argument, 0, DSR1_GEN_KVTYPE},                               \
-    {"numa", required_argument, 0, DSR1_GEN_NUMA}
+    {"numa", required_argument, 0, DSR1_GEN_NUMA},                                    \
+    {"deterministic", no_argument, 0, DSR1_GEN_DETERMINISTIC}
 
 typedef struct dsr1_gen_flags {
     dsr1_sampling *sampling; /* where the sampling flags go (caller's struct) */

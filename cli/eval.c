@@ -46,10 +46,12 @@ static int usage(FILE *f)
 {
     fprintf(f, "usage: dsr1 eval [-m MODEL] [--prompts FILE | --ids ID,ID,...] [--n N]\n"
                "                 [--ref FILE] [--kv-type bf16|fp8] [--threads N] [--json]\n"
+               "                 [--deterministic]\n"
                "Compares the fast compute path with the float32 path (teacher-forced):\n"
                "top-1 agreement, logit cosine, KL(f32 || fast). --ref FILE takes the float32\n"
                "path of another file with the same shapes instead (the cost of a weight type,\n"
-               "e.g. an INT8 LM head against a BF16 one). See dsr1-eval(1).\n");
+               "e.g. an INT8 LM head against a BF16 one). --deterministic: the fast path with\n"
+               "only batch-invariant kernels (no oneDNN). See dsr1-eval(1).\n");
     return f == stdout ? 0 : 2;
 }
 
@@ -304,7 +306,7 @@ static void report(const char *path, const char *refpath, const dsr1_model *fast
 int dsr1_cmd_eval(int argc, char **argv)
 {
     const char *model = NULL, *prompts = NULL, *ids = NULL, *refpath = NULL;
-    int threads = 0, json = 0, kv_fp8 = 0;
+    int threads = 0, json = 0, kv_fp8 = 0, deterministic = 0;
     double n = 64;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -315,6 +317,7 @@ int dsr1_cmd_eval(int argc, char **argv)
         else if (!strcmp(a, "--ids") && has) ids = argv[++i];
         else if (!strcmp(a, "--ref") && has) refpath = argv[++i];
         else if (!strcmp(a, "--json")) json = 1;
+        else if (!strcmp(a, "--deterministic")) deterministic = 1;
         else if (!strcmp(a, "--kv-type") && has) {
             const char *v = argv[++i];
             if (strcmp(v, "bf16") && strcmp(v, "fp8"))
@@ -333,7 +336,8 @@ int dsr1_cmd_eval(int argc, char **argv)
     char path[4096];
     dsr1_error err = {0};
     if (dsr1_common_model_path(model, path, sizeof path, &err)) return dsr1_cli_fail(&err);
-    dsr1_model_options fo = {.threads = threads, .compute = DSR1_COMPUTE_FAST, .kv_fp8 = kv_fp8};
+    dsr1_model_options fo = {.threads = threads, .compute = DSR1_COMPUTE_FAST, .kv_fp8 = kv_fp8,
+                             .deterministic = deterministic};
     dsr1_model_options ro = {.threads = threads, .compute = DSR1_COMPUTE_F32};
     dsr1_model *fast = NULL, *ref = NULL;
     static seqs s; /* large arrays: not on the stack (cli/ may keep state) */

@@ -40,6 +40,12 @@ typedef struct dsr1_model_options {
     /* Non-zero: hash every tensor's payload against the directory before
      * loading (reads the whole file once; see dsr1(5), "What is checked"). */
     int verify;
+    /* Non-zero: only batch-invariant kernels, so a token's logits are the
+     * same bits alone or in any batch (what speculative decoding's
+     * exactness and the prefix cache's equality rest on). Zero: the fast
+     * mode (the CPU runs large prefill matmuls through oneDNN; results
+     * then differ by bf16 rounding between batch shapes). */
+    int deterministic;
     /* Non-zero: the fast mode's KV cache in FP8 e4m3 with a scale per row
      * (half of BF16's bytes) for the model's own forwards (dsr1 eval);
      * engines take theirs from dsr1_engine_options.kv_type. */

@@ -361,7 +361,8 @@ static int load(dsr1_model *m, const char *path, const dsr1_model_options *o, ds
     DSR1_TRY(dsr1_backend_find(o ? o->backend : NULL, &m->be, m->backend_why,
                                sizeof m->backend_why, err));
     dsr1_backend_options bo = {.threads = m->threads, .device = 0,
-                               .numa_nodes = o ? o->numa_nodes : 0};
+                               .numa_nodes = o ? o->numa_nodes : 0,
+                               .deterministic = o && o->deterministic};
     DSR1_TRY(m->be->create(&bo, &m->dev, err));
     DSR1_TRY(get_embed(m, "model.embed_tokens.weight", &m->embed, err));
     DSR1_TRY(get_vec(m, "model.norm.weight", c->hidden_size, &m->norm, err));

@@ -65,7 +65,8 @@ dsr1_model *dsr1_test_spec_open(dsr1_test_ctx *t, const char *path, dsr1_compute
     }
     dsr1_model *m = NULL;
     dsr1_error err;
-    dsr1_model_options o = {.compute = c, .threads = 2, .backend = dsr1_test_backend()};
+    dsr1_model_options o = {.compute = c, .threads = 2, .backend = dsr1_test_backend(),
+                            .deterministic = 1}; /* bit-exact batch invariance */
     CHECK_OK(dsr1_model_open(&m, path, &o, &err), &err);
     return m;
 }

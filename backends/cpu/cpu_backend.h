@@ -37,8 +37,16 @@ struct dsr1_bkv {
     float *scale;
 };
 
+/* Fewest tokens a matmul needs before the fast mode sends it through
+ * oneDNN (matmul_dnnl.c): below it our kernels were as fast or faster on
+ * Zen 4 (`dsr1 bench kernels`, see README "Fast and deterministic mode");
+ * MoE experts (about 16 tokens each in a 512-token R1 chunk) stay ours. */
+#define DSR1_CPU_DNNL_MIN_N 128
+
 typedef struct cpu_dev {
     dsr1_pool *pool;
+    int fast_gemm;           /* not deterministic and oneDNN has bf16 kernels */
+    const char *mode;        /* the compute mode, for describe */
     struct dsr1_bweight *weights;
     char desc[192];
     /* NUMA (numa.c): all NULL / 0 with one node */
@@ -58,6 +66,7 @@ typedef struct cpu_lane {
 typedef struct cpu_ws {
     cpu_dev *dev;
     dsr1_pool *own_pool;     /* from ws_threads, or NULL: use dev->pool */
+    dsr1_dnnl *dnnl;         /* fast mode: oneDNN primitives and buffers, owned; else NULL */
     dsr1_ws_sizes s;
     dsr1_step step;          /* the current step (step_begin) */
     int in_step;
@@ -112,6 +121,10 @@ static inline size_t dsr1_cpu_kv_row(const dsr1_step *s, int seq, int layer, int
            (size_t)(pos % s->block);
 }
 
+/* y = x W^T: through oneDNN in the fast mode for n >= DSR1_CPU_DNNL_MIN_N
+ * in the BF16/INT8 modes, else (or if oneDNN refuses the shape) dsr1_matmul. */
+void dsr1_cpu_matmul(cpu_ws *w, const dsr1_wmat *m, const float *x, int64_t ldx, float *y,
+                     int64_t ldy, int n, dsr1_act act);
 /* y = down(silu(gate x) * up x) for n rows, through the workspace's ha/hb. */
 void dsr1_cpu_gated_mlp(cpu_ws *w, const dsr1_wmat *gate, const dsr1_wmat *up,
                         const dsr1_wmat *down, const float *x, int64_t ldx, int n, float *y,
