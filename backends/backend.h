@@ -153,8 +153,9 @@ float dsr1_wmat_scale(const dsr1_wmat *w, int64_t r, int64_t c);
 
 /* Activation arithmetic a matmul may use. F32: dequantise and multiply in
  * float32 (the exact path). BF16: x and the weights rounded to bf16, bf16
- * dot products. INT8: per-token dynamic int8 x against INT8 weights (W8A8),
- * BF16 for every other weight type. (backends/cpu/kernels.h spells out the
+ * dot products. INT8: per-token dynamic int8 x against INT8 weights (W8A8)
+ * and, on the CPU, INT4 weights (W4A8; the GPU backends run INT4 as BF16
+ * for now), BF16 for every other weight type. (backends/cpu/kernels.h spells out the
  * rounding; another backend must match it within the op tolerances.) */
 typedef enum { DSR1_ACT_F32 = 0, DSR1_ACT_BF16 = 1, DSR1_ACT_INT8 = 2 } dsr1_act;
 

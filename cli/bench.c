@@ -339,7 +339,9 @@ static int bench_kernels(int argc, char **argv)
         if (make_mat(&m, o.types[ti], o.rows, o.cols)) {
             status = dsr1_cli_fail(&(dsr1_error){DSR1_ENOMEM, "bench kernels: out of memory"});
         } else {
-            dsr1_act fast = o.types[ti] == DSR1_T_INT8 ? DSR1_ACT_INT8 : DSR1_ACT_BF16;
+            /* The fast mode's activations for this type (W8A8, W4A8, else BF16). */
+            int a8 = o.types[ti] == DSR1_T_INT8 || o.types[ti] == DSR1_T_INT4;
+            dsr1_act fast = a8 ? DSR1_ACT_INT8 : DSR1_ACT_BF16;
             kernel_line(pool, NULL, &m, x, y, 1, DSR1_ACT_F32, &o, membw, peak);
             for (int i = 0; i < o.n_ns; i++) kernel_line(pool, NULL, &m, x, y, o.ns[i], fast, &o, membw, peak);
             /* the fast mode's prefill GEMM, at the sizes it may take */

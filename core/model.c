@@ -326,7 +326,12 @@ static int load_tokenizer(dsr1_model *m, dsr1_error *err)
 static const char *act_label(const dsr1_model *m)
 {
     if (m->compute == DSR1_COMPUTE_F32) return "f32 compute";
-    if (m->layers[0].kv_a.d.mat.type == DSR1_T_INT8) return "w8a8 int8 compute (bf16 on bf16 tensors)";
+    dsr1_type t = m->layers[0].kv_a.d.mat.type;
+    if (t == DSR1_T_INT8) return "w8a8 int8 compute (bf16 on bf16 tensors)";
+    /* W4A8 is the CPU kernels' (backends/cpu/matmul_impl.h); the GPU
+     * backends still run INT4 weights with bf16 activations. */
+    if (t == DSR1_T_INT4 && !strcmp(m->be->name, "cpu"))
+        return "w4a8 int8 compute (w8a8 on int8, bf16 on bf16 tensors)";
     return "bf16 compute";
 }
 

@@ -99,9 +99,10 @@ int dsr1_model_derive_kv_b(dsr1_model *m, dsr1_layer_weights *L, const dsr1_wmat
 int dsr1_model_load_weight(dsr1_model *m, dsr1_mw *w, dsr1_error *err);
 
 /* The activation arithmetic of the model's compute mode. The fast mode
- * asks for INT8: the kernels use W8A8 (int8 x int8 dot products, x
- * quantised per token) on INT8 weights and BF16 on every other weight type
- * (kernels.h), so each matrix gets its own type's fast path from one mode. */
+ * asks for INT8: the CPU kernels use W8A8 (int8 x int8 dot products, x
+ * quantised per token) on INT8 weights, W4A8 (the same x against 4-bit
+ * codes) on INT4 weights and BF16 on every other weight type (kernels.h),
+ * so each matrix gets its own type's fast path from one mode. */
 static inline dsr1_act dsr1_model_act(const dsr1_model *m)
 {
     return m->compute == DSR1_COMPUTE_F32 ? DSR1_ACT_F32 : DSR1_ACT_INT8;

@@ -1,8 +1,8 @@
 /*
  * test_backend_ops.c - the conformance test every backend must pass (the
  * pattern of ggml's test-backend-ops): each op of backends/backend.h, on
- * every weight type, in both compute modes (F32 exact; the fast mode, BF16
- * and W8A8 on INT8 weights), on odd shapes (n = 1, 2, 7, 64, 300; rows and
+ * every weight type, in both compute modes (F32 exact; the fast mode, BF16,
+ * W8A8 on INT8 weights and W4A8 on INT4 on the CPU), on odd shapes (n = 1, 2, 7, 64, 300; rows and
  * columns that are not multiples of 64 or 128), against one scalar
  * reference per op, with the tolerance stated per op below. Then batch
  * invariance: a row alone and inside batches of several sizes and orders
@@ -20,7 +20,8 @@
  *   rope             2e-6 (|x0| + |x1|)
  *   matmul  F32      1e-5 S + 1e-6
  *           BF16     2^-7 S + 1e-6      (x and w each rounded to bf16: 2^-9)
- *           W8A8     2^-7 S + sum|w| amax(x) / 127 (x quantised per token)
+ *           W8A8     2^-7 S + sum|w| amax(x) / 127 (x quantised per token;
+ *                    also INT4 weights in the fast mode: W4A8 on the CPU)
  *   ffn     F32      1e-4 (S_down + 1);  fast: 3e-2 (S_down + 1)
  *   mla     F32      2e-5;               fast: 2e-2 (values of order 1)
  *   moe     F32      1e-4 (S + 1);       fast: 3e-2 (S + 1); same experts
@@ -59,7 +60,8 @@ static const dsr1_type wtypes[] = {DSR1_T_F32, DSR1_T_F16, DSR1_T_BF16,
                                    DSR1_T_FP8_E4M3, DSR1_T_INT8, DSR1_T_INT4};
 #define N_TYPES ((int)(sizeof wtypes / sizeof *wtypes))
 
-/* A random [rows, cols] matrix of type ty (values of order 0.1). */
+/* A random [rows, cols] matrix of type ty (values of order 0.1); INT4 in
+ * groups of 128 where cols allows, as dsr1 convert makes them, else 32. */
 static tw make_w(dsr1_type ty, int64_t rows, int64_t cols, unsigned seed)
 {
     tw w = {.m = {.type = ty, .rows = rows, .cols = cols}, .what = dsr1_type_name(ty)};
@@ -93,9 +95,10 @@ static tw make_w(dsr1_type ty, int64_t rows, int64_t cols, unsigned seed)
     } else {
         uint8_t *d = malloc(n / 2);
         for (size_t i = 0; i < n / 2; i++) d[i] = (uint8_t)(s = s * 1664525u + 1013904223u, s >> 24);
-        uint16_t *sc = malloc((size_t)(rows * cols / 32) * 2);
-        for (int64_t i = 0; i < rows * cols / 32; i++) sc[i] = dsr1_f32_to_bf16(0.01f * (float)(i % 3 + 1));
-        w.data = d, w.scale = sc, w.m.scale_type = DSR1_T_BF16, w.m.group = 32;
+        int g = cols % 128 == 0 ? 128 : 32;
+        uint16_t *sc = malloc((size_t)(rows * cols / g) * 2);
+        for (int64_t i = 0; i < rows * cols / g; i++) sc[i] = dsr1_f32_to_bf16(0.01f * (float)(i % 3 + 1));
+        w.data = d, w.scale = sc, w.m.scale_type = DSR1_T_BF16, w.m.group = g;
     }
     w.m.data = w.data;
     w.m.scale = w.scale;
@@ -321,7 +324,8 @@ static double mm_tol(const dsr1_wmat *w, const float *wrow, const float *x, dsr1
     }
     if (act == DSR1_ACT_F32) return 1e-5 * S + 1e-6;
     double tol = S / 128 + 1e-6;
-    if (act == DSR1_ACT_INT8 && w->type == DSR1_T_INT8) tol += sw * amax / 127;
+    if (act == DSR1_ACT_INT8 && (w->type == DSR1_T_INT8 || w->type == DSR1_T_INT4))
+        tol += sw * amax / 127;
     return tol;
 }
 
@@ -366,10 +370,11 @@ static void run_matmul(dsr1_test_ctx *t, const char *name)
 {
     tbe b;
     if (open_be(t, &b, name, 2, MAXN)) return;
-    /* rows and cols off 64/128 multiples (INT4 needs cols % 32 == 0) */
-    static const int64_t shapes[][2] = {{37, 224}, {130, 96}, {67, 352}};
+    /* rows and cols off 64/128 multiples (INT4 needs cols % 32 == 0; the
+     * last shape gives it groups of 128) */
+    static const int64_t shapes[][2] = {{37, 224}, {130, 96}, {67, 352}, {45, 640}};
     for (int ti = 0; ti < N_TYPES; ti++)
-        for (int si = 0; si < 3; si++) {
+        for (int si = 0; si < 4; si++) {
             matmul_case(t, &b, name, wtypes[ti], shapes[si][0], shapes[si][1]);
             tbe_close(&b); /* buffers of each case released */
             if (open_be(t, &b, name, 2, MAXN)) return;

@@ -151,10 +151,12 @@ static double worst_ratio(const tmat *m, const float *x, int64_t ldx, const floa
             }
             /* F32: float32 accumulation of cols/16 terms per lane and a few
              * more; BF16: x and w each rounded to 8 significant bits (2^-9
-             * relative) so each product moves by < 2^-8; INT8: x moves by at
-             * most half a quantisation step (amax/254) per element. */
+             * relative) so each product moves by < 2^-8; INT8 (W8A8 on INT8,
+             * W4A8 on INT4 weights): x moves by at most half a quantisation
+             * step (amax/254) per element. */
+            int a8 = w->type == DSR1_T_INT8 || w->type == DSR1_T_INT4;
             double bound = 1e-5 * s + 1e-30;
-            if (act == DSR1_ACT_BF16 || (act == DSR1_ACT_INT8 && w->type != DSR1_T_INT8))
+            if (act == DSR1_ACT_BF16 || (act == DSR1_ACT_INT8 && !a8))
                 bound = 4.0e-3 * s + 1e-30;
             else if (act == DSR1_ACT_INT8)
                 bound = sw * amax / 254.0 * 1.01 + 1e-5 * s + 1e-30;
@@ -539,5 +541,97 @@ DSR1_TEST(kernels_int8_act_special_values)
         free(y);
         free(port);
         free_mat(&m);
+    }
+}
+
+/* ---- INT4 x INT8 (W4A8) ------------------------------------------------------------- */
+
+/* W4A8 on both INT4 layouts (groups of 32 with F16 scales, 128 with BF16),
+ * odd rows, cols with a ragged last 64-column step (g32) and several
+ * 2048-column chunks, n = 1, 2, 7, 64, 300 on 2 threads (the GEMV and the
+ * blocked paths, ragged 3-token tiles and row tiles): the AVX-512 kernel
+ * gives the portable kernel's bits, and every 13th token alone (1 thread)
+ * gives its bits in the batch. */
+DSR1_TEST(kernels_int4_w4a8_matches_portable)
+{
+    if (!dsr1_mm_avx512_usable())
+        DSR1_SKIP("no AVX-512 BF16/VNNI kernels on this CPU: %s", "dsr1_matmul would be the portable kernel compared with itself");
+    static const int ns[] = {1, 2, 7, 64, 300};
+    static const int64_t shapes[][3] = {/* variant, rows, cols */
+                                        {0, 37, 224}, {0, 21, 4160}, {1, 45, 640}, {1, 19, 4352}};
+    dsr1_pool *pool = NULL;
+    dsr1_error err = {0};
+    CHECK_OK(dsr1_pool_create(&pool, 2, &err), &err);
+    for (int si = 0; si < 4; si++) {
+        int variant = (int)shapes[si][0];
+        int64_t rows = shapes[si][1], cols = shapes[si][2], ldx = cols + 5;
+        tmat m = make_mat(DSR1_T_INT4, rows, cols, variant, 61 + (uint64_t)si);
+        float *x = make_x(300, ldx, 62 + (uint64_t)si);
+        float *y = malloc((size_t)300 * (size_t)rows * 4), *port = malloc((size_t)300 * (size_t)rows * 4);
+        float *one = malloc((size_t)rows * 4);
+        for (int ni = 0; ni < 5; ni++) {
+            int n = ns[ni];
+            dsr1_matmul(pool, &m.w, x, ldx, y, rows, n, DSR1_ACT_INT8);
+            dsr1_matmul_with(NULL, &m.w, x, ldx, port, rows, n, DSR1_ACT_INT8, DSR1_MM_PORTABLE);
+            CHECKF(!memcmp(y, port, (size_t)n * (size_t)rows * 4), "%s %lldx%lld n=%d: W4A8 differs from portable",
+                   m.what, (long long)rows, (long long)cols, n);
+            int bad = 0;
+            for (int tok = 0; tok < n; tok += 13) {
+                dsr1_matmul(NULL, &m.w, x + tok * ldx, ldx, one, rows, 1, DSR1_ACT_INT8);
+                bad += memcmp(one, y + tok * rows, (size_t)rows * 4) != 0;
+            }
+            CHECKF(!bad, "%s %lldx%lld n=%d: %d tokens alone differ from in the batch", m.what,
+                   (long long)rows, (long long)cols, n, bad);
+        }
+        free(x);
+        free(y);
+        free(port);
+        free(one);
+        free_mat(&m);
+    }
+    dsr1_pool_free(pool);
+}
+
+/* The W4A8 arithmetic itself: with a one-hot token (x = v at column c)
+ * xq is 127 there and 0 elsewhere, s_x = v / 127, so by matmul_impl.h
+ * y = ((float)((q - 8) * 127) * s_w) * (v / 127) exactly (one lane, one
+ * fma from 0, the other lanes 0), for every code q, both scale types,
+ * every column of a step; BF16 mode (x rounded to bf16) would differ, as
+ * v = 1 + 2^-12 is not a bf16. Every code 0..15 appears at both nibbles. */
+DSR1_TEST(kernels_int4_w4a8_one_hot)
+{
+    enum { COLS = 256, ROWS = 8 };
+    const float v = 1.0f + 0x1p-12f;
+    for (int variant = 0; variant < 2; variant++) {
+        uint8_t q[ROWS * COLS / 2];
+        int g = variant ? 128 : 32;
+        uint16_t sc[ROWS * COLS / 32];
+        for (int i = 0; i < ROWS * COLS / 2; i++) q[i] = (uint8_t)((i * 7 + i / 16) & 0xff);
+        for (int i = 0; i < ROWS * COLS / g; i++) {
+            float f = 0.0123f * (float)(i % 5 + 1);
+            sc[i] = variant ? dsr1_f32_to_bf16(f) : dsr1_f32_to_f16(f);
+        }
+        dsr1_wmat w = {.type = DSR1_T_INT4, .rows = ROWS, .cols = COLS, .data = q, .scale = sc,
+                       .scale_type = variant ? DSR1_T_BF16 : DSR1_T_F16, .group = g};
+        float *x = calloc((size_t)COLS * COLS, sizeof *x), *y = malloc((size_t)COLS * ROWS * 4);
+        for (int c = 0; c < COLS; c++) x[c * COLS + c] = v;
+        for (int k = 0; k < 2; k++) {
+            if (k && !dsr1_mm_avx512_usable()) break;
+            dsr1_matmul_with(NULL, &w, x, COLS, y, ROWS, COLS, DSR1_ACT_INT8,
+                             k ? DSR1_MM_AVX512 : DSR1_MM_PORTABLE);
+            int bad = 0;
+            for (int c = 0; c < COLS; c++)
+                for (int r = 0; r < ROWS; r++) {
+                    uint8_t b = q[r * COLS / 2 + c / 2];
+                    int code = (c & 1) ? b >> 4 : b & 15;
+                    float d = (float)((code - 8) * 127) * dsr1_wmat_scale(&w, r, c);
+                    float want = d * (v / 127.0f);
+                    bad += memcmp(&want, &y[c * ROWS + r], 4) != 0;
+                }
+            CHECKF(bad == 0, "%s int4/g%d: %d of %d one-hot outputs not the W4A8 value",
+                   k ? "avx512" : "portable", g, bad, COLS * ROWS);
+        }
+        free(x);
+        free(y);
     }
 }

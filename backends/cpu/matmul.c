@@ -139,11 +139,39 @@ static void row_int8(const dsr1_mm_job *j, int64_t r)
     }
 }
 
+/* W4A8 (matmul_impl.h): per group and lane an exact dot of the codes
+ * (q - 8) with xq, scaled into the lane's float accumulator. */
+static void row_int4(const dsr1_mm_job *j, int64_t r)
+{
+    const dsr1_wmat *w = j->w;
+    const uint8_t *q = (const uint8_t *)w->data + r * (w->cols / 2);
+    int64_t g = w->group;
+    for (int t = 0; t < j->n; t++) {
+        const int8_t *xq = j->xq + t * j->ldxq;
+        float acc[16] = {0};
+        for (int64_t c0 = 0; c0 < w->cols; c0 += g) {
+            int32_t dot[16] = {0};
+            int has[16] = {0};
+            for (int64_t c = c0; c < c0 + g; c++) {
+                int code = (c & 1) ? q[c / 2] >> 4 : q[c / 2] & 15;
+                dot[(c % 64) / 4] += (code - 8) * xq[c];
+                has[(c % 64) / 4] = 1;
+            }
+            float s = dsr1_wmat_scale(w, r, c0);
+            for (int l = 0; l < 16; l++)
+                if (has[l]) acc[l] = fmaf((float)dot[l], s, acc[l]);
+        }
+        j->y[t * j->ldy + r] = dsr1_mm_hsum16(acc) * j->xs[t];
+    }
+}
+
 void dsr1_mm_rows_portable(const dsr1_mm_job *j, int64_t r0, int64_t r1)
 {
     float wbuf[DSR1_MM_KC_BF16]; /* one chunk of one row, dequantised */
     for (int64_t r = r0; r < r1; r++) {
-        if (j->act == DSR1_ACT_INT8)
+        if (j->act == DSR1_ACT_INT8 && j->w->type == DSR1_T_INT4)
+            row_int4(j, r);
+        else if (j->act == DSR1_ACT_INT8)
             row_int8(j, r);
         else if (j->act == DSR1_ACT_BF16)
             row_bf16(j, r, wbuf);
@@ -199,12 +227,33 @@ static void prep_int8(dsr1_mm_job *j, int8_t *xq, float *xs, int32_t *xsum, int 
     }
 }
 
+/* W4A8's offsets: xc[t][k] = -8 * (xq[t][4k] + .. + xq[t][4k+3]), the
+ * exact term that turns vpdpbusd's unsigned codes q into q - 8. */
+static void prep_int4(dsr1_mm_job *j, int32_t *xc)
+{
+    j->xc = xc;
+    for (int t = 0; t < j->n; t++) {
+        const int8_t *xq = j->xq + t * j->ldxq;
+        int32_t *o = xc + t * (j->ldxq / 4);
+        for (int64_t k = 0; k < j->ldxq / 4; k++)
+            o[k] = -8 * (xq[4 * k] + xq[4 * k + 1] + xq[4 * k + 2] + xq[4 * k + 3]);
+    }
+}
+
+/* Bytes of x's int8 form: xq, xs, xsum (64-aligned), then INT4's xc. */
+static size_t int8_head_bytes(const dsr1_mm_job *j)
+{
+    size_t b = (size_t)j->n * ((size_t)j->ldxq + 2 * sizeof(float));
+    return (b + 63) & ~(size_t)63;
+}
+
 static size_t prep_bytes(const dsr1_mm_job *j)
 {
     if (j->act == DSR1_ACT_BF16 && j->w->type == DSR1_T_FP8_E4M3) return 0; /* x' per task */
     if (j->act == DSR1_ACT_BF16) return (size_t)j->n * (size_t)j->ldxb * 2;
     if (j->act == DSR1_ACT_INT8)
-        return (size_t)j->n * ((size_t)j->ldxq + 2 * sizeof(float));
+        return int8_head_bytes(j) +
+               (j->w->type == DSR1_T_INT4 ? (size_t)j->n * (size_t)j->ldxq : 0);
     return 0;
 }
 
@@ -220,6 +269,7 @@ static void prep(dsr1_mm_job *j, void *mem, int avx)
         int8_t *xq = mem;
         float *xs = (float *)(xq + (size_t)j->n * (size_t)j->ldxq);
         prep_int8(j, xq, xs, (int32_t *)(xs + j->n), avx);
+        if (j->w->type == DSR1_T_INT4) prep_int4(j, (int32_t *)((char *)mem + int8_head_bytes(j)));
     }
 }
 
@@ -253,11 +303,18 @@ static void run_task(void *ctx, int task, int ntasks)
         }
 }
 
+/* INT8 mode is W8A8 on INT8 weights and W4A8 on grouped INT4 weights,
+ * BF16 on the rest. */
 static dsr1_act effective_act(dsr1_act act, const dsr1_wmat *w)
 {
-    if (act == DSR1_ACT_INT8 && w->type != DSR1_T_INT8) return DSR1_ACT_BF16;
+    if (act != DSR1_ACT_INT8) return act;
+    /* W4A8's dots are per group: exact in int32 for any group of the
+     * format (|q - 8| <= 8, |xq| <= 127). */
+    if (w->type == DSR1_T_INT4)
+        return w->group > 0 && w->cols % w->group == 0 ? act : DSR1_ACT_BF16;
+    if (w->type != DSR1_T_INT8) return DSR1_ACT_BF16;
     /* Integer dot products stay exact in int32 only up to 2^31 / (127*255). */
-    if (act == DSR1_ACT_INT8 && w->cols > 65536) return DSR1_ACT_BF16;
+    if (w->cols > 65536) return DSR1_ACT_BF16;
     return act;
 }
 

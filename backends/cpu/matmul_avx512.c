@@ -14,6 +14,9 @@
  *   tokens. Whole 4-row bf16 tiles reduce their accumulators four to a
  *   register (hsum16x4) and add into y one vector per token.
  *   INT8 mode (W8A8): vpdpbusd straight from the packed weights, no panel.
+ *   INT4 weights in INT8 mode (W4A8): nibbles widened to bytes 0..15 in
+ *   registers (three instructions per 64), vpdpbusd against xq with the
+ *   -8 offset folded into the accumulators' start, per-lane float sums.
  *   FP8 in BF16 mode has its own path (matmul_impl.h): the e4m3 bytes become
  *   exact bf16 by shift/add plus a 5-bit table for the subnormals, the block
  *   scale goes into x' (prepared per 128-row block in the task's scratch,
@@ -1166,9 +1169,213 @@ static void rows_int8(const dsr1_mm_job *j, int64_t r0, int64_t r1)
     }
 }
 
+/* ---- INT4 x INT8 (W4A8) ---------------------------------------------------------- */
+
+/* The codes go into vpdpbusd as unsigned bytes 0..15 against signed xq;
+ * the accumulators start from xc (-8 * each lane's sum of xq), so they
+ * hold sum (q - 8) * xq exactly. Per group the 16 lanes are converted and
+ * scaled into float accumulators (the canonical order of matmul_impl.h);
+ * with 12 int32 and 12 float accumulators a tile is 4 rows x 3 tokens.
+ * Up to 4 tokens (decode) each 4-row tile streams its rows whole, codes
+ * widened in registers (the float accumulators never leave them; the
+ * prefetch runs one tile ahead: INT4 rows are short, 3.5 KB at 7168
+ * columns). More tokens go by blocks of W4_TB tokens and chunks of W4_KC
+ * columns: a 16-row chunk is widened once per block into a byte panel
+ * (16 KB, L1) that every 3-token tile reads, each tile of x serves 16
+ * rows, and the float accumulators stay in memory between chunks. */
+#define W4_NT 3
+#define W4_TB 30
+#define W4_KC 1024
+#define W4_PF 4 /* rows ahead (one tile) */
+
+/* 64 codes from 32 packed bytes, in column order: byte i widened to word
+ * i, then (b | b << 4) & 0x0f0f puts the low nibble (column 2i) in byte
+ * 2i and the high one (column 2i + 1) in byte 2i + 1. */
+INLINE __m512i w4_codes(__m256i b)
+{
+    __m512i v = _mm512_cvtepu8_epi16(b);
+    return _mm512_ternarylogic_epi32(v, _mm512_slli_epi16(v, 4), _mm512_set1_epi16(0x0f0f), 0xa8);
+}
+
+/* One scale as 16 lanes; two (p[0] in lanes 0-7, p[1] in 8-15: groups of
+ * 32, two per step). The same values as dsr1_wmat_scale. */
+INLINE __m512 w4_scale(const uint16_t *p, int f16)
+{
+    if (f16) return _mm512_cvtph_ps(_mm256_set1_epi16((short)*p));
+    return _mm512_castsi512_ps(_mm512_set1_epi32((int)((uint32_t)*p << 16)));
+}
+
+INLINE __m512 w4_scale2(const uint16_t *p, int f16)
+{
+    __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)p[0])),
+                                        _mm_set1_epi16((short)p[1]), 1);
+    if (f16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* Rows w[a] (packed, stride ldw bytes; or with `wide` the codes as bytes
+ * of a panel, zero padded to whole steps; scales sc[a * lds], group of
+ * the chunk's first column first) x tokens xq[b] (stride ldx; offsets
+ * xc[b], stride ldc) over len columns from a step boundary, groups of 128
+ * (32 when g32); the lanes added into
+ * facc[a * lda + b] (16 floats each). pf: prefetch the rows ahead. */
+INLINE void mk_w4(const int rt, const int nt, const int g32, const int wide, const uint8_t *w,
+                  int64_t ldw, const uint16_t *sc, int64_t lds, int f16, const int8_t *xq,
+                  int64_t ldx, const int32_t *xc, int64_t ldc, int64_t len, int pf, float *facc,
+                  int64_t lda)
+{
+    /* Groups of 128: two whole steps each; of 32: one step holds two. */
+    const int64_t gstep = g32 ? 64 : 128, nstep = g32 ? 1 : 2;
+    __m512 acc[MR][W4_NT];
+#pragma GCC unroll 4
+    for (int a = 0; a < rt; a++)
+#pragma GCC unroll 3
+        for (int b = 0; b < nt; b++) acc[a][b] = _mm512_load_ps(facc + (a * lda + b) * 16);
+    for (int64_t k0 = 0; k0 < len; k0 += gstep) {
+        const int half = g32 && len - k0 < 64; /* a row's last 32 columns */
+        __m512i d[MR][W4_NT];
+#pragma GCC unroll 3
+        for (int b = 0; b < nt; b++) {
+            __m512i c = _mm512_loadu_si512(xc + b * ldc + k0 / 4);
+            if (!g32) c = _mm512_add_epi32(c, _mm512_loadu_si512(xc + b * ldc + k0 / 4 + 16));
+#pragma GCC unroll 4
+            for (int a = 0; a < rt; a++) d[a][b] = c;
+        }
+#pragma GCC unroll 2
+        for (int64_t st = 0; st < nstep; st++) {
+            const int64_t k = k0 + 64 * st;
+            __m512i xv[W4_NT];
+#pragma GCC unroll 3
+            for (int b = 0; b < nt; b++) xv[b] = _mm512_loadu_si512(xq + b * ldx + k);
+#pragma GCC unroll 4
+            for (int a = 0; a < rt; a++) {
+                const uint8_t *p = w + a * ldw + (wide ? k : k / 2);
+                if (pf) _mm_prefetch((const char *)p + W4_PF * ldw, _MM_HINT_T0);
+                __m512i u = wide ? _mm512_load_si512(p)
+                                 : w4_codes(half ? _mm256_maskz_loadu_epi8(0xffff, p)
+                                                 : _mm256_loadu_si256((const __m256i *)p));
+#pragma GCC unroll 3
+                for (int b = 0; b < nt; b++) d[a][b] = _mm512_dpbusd_epi32(d[a][b], u, xv[b]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int a = 0; a < rt; a++) {
+            const uint16_t *s = sc + a * lds + k0 / (g32 ? 32 : 128);
+            __m512 sv = !g32 || half ? w4_scale(s, f16) : w4_scale2(s, f16);
+#pragma GCC unroll 3
+            for (int b = 0; b < nt; b++) {
+                __m512 df = _mm512_cvtepi32_ps(d[a][b]);
+                acc[a][b] = half ? _mm512_mask3_fmadd_ps(df, sv, acc[a][b], 0x00ff)
+                                 : _mm512_fmadd_ps(df, sv, acc[a][b]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int a = 0; a < rt; a++)
+#pragma GCC unroll 3
+        for (int b = 0; b < nt; b++) _mm512_store_ps(facc + (a * lda + b) * 16, acc[a][b]);
+}
+
+#define W4_CASES(g32, wide)                                                                  \
+    switch (rt * 4 + nt) {                                                                  \
+    case 4 + 1: W4_CALL(1, 1, g32, wide); break;  case 4 + 2: W4_CALL(1, 2, g32, wide); break;  \
+    case 4 + 3: W4_CALL(1, 3, g32, wide); break;  case 8 + 1: W4_CALL(2, 1, g32, wide); break;  \
+    case 8 + 2: W4_CALL(2, 2, g32, wide); break;  case 8 + 3: W4_CALL(2, 3, g32, wide); break;  \
+    case 12 + 1: W4_CALL(3, 1, g32, wide); break; case 12 + 2: W4_CALL(3, 2, g32, wide); break; \
+    case 12 + 3: W4_CALL(3, 3, g32, wide); break; case 16 + 1: W4_CALL(4, 1, g32, wide); break; \
+    case 16 + 2: W4_CALL(4, 2, g32, wide); break; case 16 + 3: W4_CALL(4, 3, g32, wide); break; \
+    default: DSR1_ASSERT(!"w4a8 tile shape");                                                \
+    }
+#define W4_CALL(r_, n_, g_, wide_) \
+    mk_w4(r_, n_, g_, wide_, w, ldw, sc, lds, f16, xq, ldx, xc, ldc, len, !(wide_), facc, lda)
+
+/* A tile (mk_w4); wide: w is a byte panel (many tokens), else packed rows
+ * streamed with prefetch (decode). */
+static void tile_w4(int rt, int nt, int g32, int wide, const uint8_t *w, int64_t ldw,
+                    const uint16_t *sc, int64_t lds, int f16, const int8_t *xq,
+                    int64_t ldx, const int32_t *xc, int64_t ldc, int64_t len, float *facc,
+                    int64_t lda)
+{
+    if (g32 && wide) {
+        W4_CASES(1, 1)
+    } else if (g32) {
+        W4_CASES(1, 0)
+    } else if (wide) {
+        W4_CASES(0, 1)
+    } else {
+        W4_CASES(0, 0)
+    }
+}
+#undef W4_CALL
+
+/* Codes of rows [r, r + pr), columns [c0, c0 + len) as bytes 0..15 into
+ * buf[i * ldp + k], zero padded to whole 64-column steps. */
+static void w4_panel(const dsr1_wmat *w, int64_t r, int pr, int64_t c0, int64_t len, uint8_t *buf,
+                     int64_t ldp)
+{
+    for (int i = 0; i < pr; i++) {
+        const uint8_t *q = (const uint8_t *)w->data + (r + i) * (w->cols / 2) + c0 / 2;
+        for (int64_t k = 0; k < len; k += 64) {
+            __m256i b = len - k >= 64 ? _mm256_loadu_si256((const __m256i *)(q + k / 2))
+                                      : _mm256_maskz_loadu_epi8(0xffff, q + k / 2); /* 32 left */
+            _mm512_store_si512(buf + i * ldp + k, w4_codes(b));
+        }
+    }
+}
+
+/* W4A8 rows [r0, r1), all tokens (see above). Groups other than the
+ * format's 32 and 128, or F32 scales, go to the portable rows (same bits). */
+static void rows_w4a8(const dsr1_mm_job *j, int64_t r0, int64_t r1)
+{
+    const dsr1_wmat *w = j->w;
+    const int64_t g = w->group, ng = w->cols / g;
+    const int g32 = g == 32, f16 = w->scale_type == DSR1_T_F16;
+    if ((g != 32 && g != 128) || (w->scale_type != DSR1_T_F16 && w->scale_type != DSR1_T_BF16)) {
+        dsr1_mm_rows_portable(j, r0, r1);
+        return;
+    }
+    const int gemv = j->n <= 4;
+    const int64_t kc = gemv ? w->cols : W4_KC; /* a multiple of 128 */
+    const int64_t panel = gemv ? MR : PANEL, ldc = j->ldxq / 4;
+    const int tb = gemv ? j->n : W4_TB;
+    _Alignas(64) float facc[PANEL * W4_TB * 16]; /* [row][token of the block][lane] */
+    _Alignas(64) uint8_t codes[PANEL * W4_KC];   /* many tokens: the chunk's codes */
+    for (int64_t r = r0; r < r1; r += panel) {
+        int pr = (int)(r1 - r < panel ? r1 - r : panel);
+        for (int t0 = 0; t0 < j->n; t0 += tb) {
+            int nb = j->n - t0 < tb ? j->n - t0 : tb;
+            memset(facc, 0, (size_t)pr * (size_t)tb * 16 * sizeof *facc);
+            for (int64_t c0 = 0; c0 < w->cols; c0 += kc) {
+                int64_t len = w->cols - c0 < kc ? w->cols - c0 : kc;
+                if (!gemv) w4_panel(w, r, pr, c0, len, codes, kc);
+                for (int b0 = 0; b0 < nb; ) {
+                    int nt = nb - b0 == 4 ? 2 : nb - b0 < W4_NT ? nb - b0 : W4_NT;
+                    for (int i = 0; i < pr; i += MR) {
+                        int rt = pr - i < MR ? pr - i : MR;
+                        const uint8_t *wr = gemv ? (const uint8_t *)w->data + (r + i) * (w->cols / 2) + c0 / 2
+                                                 : codes + i * kc;
+                        tile_w4(rt, nt, g32, !gemv, wr, gemv ? w->cols / 2 : kc,
+                                (const uint16_t *)w->scale + (r + i) * ng + c0 / g, ng, f16,
+                                j->xq + (t0 + b0) * j->ldxq + c0, j->ldxq,
+                                j->xc + (t0 + b0) * ldc + c0 / 4, ldc, len,
+                                facc + ((int64_t)i * tb + b0) * 16, tb);
+                    }
+                    b0 += nt;
+                }
+            }
+            for (int b = 0; b < nb; b++)
+                for (int a = 0; a < pr; a++)
+                    j->y[(t0 + b) * j->ldy + r + a] =
+                        hsum16(_mm512_load_ps(facc + ((int64_t)a * tb + b) * 16)) * j->xs[t0 + b];
+        }
+    }
+}
+
 void dsr1_mm_rows_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1)
 {
-    if (j->act == DSR1_ACT_INT8)
+    if (j->act == DSR1_ACT_INT8 && j->w->type == DSR1_T_INT4)
+        rows_w4a8(j, r0, r1);
+    else if (j->act == DSR1_ACT_INT8)
         rows_int8(j, r0, r1);
     else if (j->act == DSR1_ACT_BF16 && j->w->type == DSR1_T_FP8_E4M3)
         rows_fp8_bf16(j, r0, r1);

@@ -29,6 +29,15 @@
  *                  so order does not matter; then
  *                  group 0:  y = (float)dot * s_x * s_w[r]
  *                  group g:  acc = fma((float)dot_g, s_w[r][g], acc) over g, y = acc * s_x
+ *                  INT4 weights (W4A8, group g > 0): x quantised as above;
+ *                  16 lanes, column c in lane (c % 64) / 4 (a 64-column step
+ *                  of vpdpbusd, 4 columns per lane). For each group in
+ *                  order and each lane holding columns of it, the exact
+ *                  dot d = sum (q - 8) * xq over the lane's columns of the
+ *                  group, then acc[l] = fma((float)d, s_w[r][g], acc[l])
+ *                  (a lane without columns in the group is left alone:
+ *                  groups of 32 fill lanes 0-7 or 8-15 of a step);
+ *                  y = dsr1_mm_hsum16(acc) * s_x.
  */
 #ifndef DSR1_CPU_MATMUL_IMPL_H
 #define DSR1_CPU_MATMUL_IMPL_H
@@ -55,6 +64,8 @@ typedef struct dsr1_mm_job {
     int64_t ldxq;            /* multiple of 64 >= cols */
     const float *xs;         /* INT8: [n] per-token scale (amax/127) */
     const int32_t *xsum;     /* INT8: [n] sum of the token's q */
+    const int32_t *xc;       /* INT8 mode, INT4 weights: [n][ldxq / 4], -8 * the
+                                sum of each 4 columns of xq (the (q - 8) offset) */
     float *y;                /* [n][ldy] output, rows columns written */
     int64_t ldy;
     void *task_mem;          /* this task's own scratch, task_bytes (64-aligned) */

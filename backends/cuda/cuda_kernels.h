@@ -30,7 +30,8 @@
 /* .dsr1 weight types (dsr1_type) and KV types (dsr1_kv_type), by value. */
 enum { CU_T_F32 = 0, CU_T_F16 = 1, CU_T_BF16 = 2, CU_T_FP8 = 3, CU_T_INT8 = 4, CU_T_INT4 = 5 };
 enum { CU_KV_BF16 = 0, CU_KV_FP8 = 1, CU_KV_F32 = 2 };
-/* Activation modes (dsr1_act): F32 exact, BF16 rounding points, W8A8. */
+/* Activation modes (dsr1_act): F32 exact, BF16 rounding points, W8A8 (INT4
+ * weights take BF16 in INT8 mode here; the CPU's W4A8 is not ported). */
 enum { CU_ACT_F32 = 0, CU_ACT_BF16 = 1, CU_ACT_INT8 = 2 };
 
 /* A weight matrix (or a stack of `count` equal matrices) in device memory,
