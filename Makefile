@@ -19,9 +19,10 @@ CFLAGS  += -std=c11 -D_GNU_SOURCE $(OPT) -g $(WARN) -pthread -fno-strict-aliasin
            -DDSR1_VERSION='"$(VERSION)"' -I. -I$(BUILD)
 AVX512  := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mavx512vnni -mfma -mf16c -mavx2
 PKGS    := libcjson libzstd libcurl libcrypto libedit numa
-# oneDNN is not linked: no code calls it yet (issue 14 plans it for the
-# prefill GEMMs); a library the build links must be used.
-LDLIBS  += $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -ldl -pthread
+# oneDNN (libdnnl-dev): the fast mode's prefill GEMM (backends/cpu/matmul_dnnl.c).
+# Debian builds it with OpenMP; -lgomp because matmul_dnnl.c sets the
+# calling thread's OpenMP thread count (one per dsr1 pool thread).
+LDLIBS  += $(shell pkg-config --libs $(PKGS) 2>/dev/null) -ldnnl -lgomp -lm -ldl -pthread
 LDFLAGS += $(SAN)
 
 # Optional GPU toolchains (CUDA=0 / HIP=0 force them off).

@@ -46,9 +46,11 @@
  *
  * Contracts every backend must keep (tests/test_backend_ops.c checks them
  * for each backend present; the engine's tests rely on them):
- *   - Determinism: the result for one token never depends on the other
- *     tokens of the step, on their number or order, or on the thread count.
- *     A backend that cannot promise this must refuse at create.
+ *   - Determinism: with dsr1_backend_options.deterministic set, the result
+ *     for one token never depends on the other tokens of the step, on their
+ *     number or order, or on the thread count. A backend that cannot
+ *     promise this must refuse at create. Without it (the fast mode) a
+ *     backend may trade this for speed, never the tolerance below.
  *   - Accuracy: each op matches its scalar reference within the tolerance
  *     tests/test_backend_ops.c states for it; DSR1_ACT_F32 is the exact
  *     path (dequantise, multiply in float32).
@@ -265,6 +267,16 @@ typedef struct dsr1_ws_sizes {
 typedef struct dsr1_backend_options {
     int threads;             /* CPU: worker threads, 0 = one per core */
     int device;              /* GPU: device index */
+    /* CPU: NUMA nodes to split experts and threads over (backends/cpu/
+     * numa.c): 0 = the machine's (libnuma; off on one node), 1 = off,
+     * N > 1 = N virtual nodes carved from the cores (tests the split on
+     * one node). Results never depend on it. GPUs ignore it. */
+    int numa_nodes;
+    /* Non-zero: only batch-invariant kernels (the determinism contract
+     * above, bit for bit). Zero (the fast mode): the backend may use
+     * faster kernels whose result for a token depends on the batch (the
+     * CPU's oneDNN prefill GEMM), within the ops' stated tolerance. */
+    int deterministic;
 } dsr1_backend_options;
 
 typedef struct dsr1_backend_ops {

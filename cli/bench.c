@@ -32,7 +32,7 @@ static int usage(FILE *f)
 {
     fprintf(f,
             "usage: dsr1 bench [-m MODEL] [--prompt N,..] [--gen N] [--batch N,..] [--threads N] [--f32]\n"
-            "                  [--no-warmup]\n"
+            "                  [--no-warmup] [--numa auto|off|virtual:N] [--deterministic]\n"
             "       dsr1 bench membw [--size MIB] [--threads N] [--reps N]\n"
             "       dsr1 bench kernels [--shape ROWSxCOLS] [--threads N] [--quick] [--type T] [--n N,..]\n"
             "       dsr1 bench tokenize FILE\n"
@@ -174,16 +174,26 @@ static int make_mat(bench_mat *m, dsr1_type type, int64_t rows, int64_t cols)
     return 0;
 }
 
-/* Seconds per call: repeat until `budget` seconds have passed (at least
- * twice, after one warm-up call), report the fastest. */
-static double time_matmul(dsr1_pool *pool, const bench_mat *m, const float *x, float *y, int n,
-                          dsr1_act act, double budget)
+/* One call: dsr1_matmul, or with dn the oneDNN path (-1 if it refused). */
+static int one_call(dsr1_pool *pool, dsr1_dnnl *dn, const bench_mat *m, const float *x, float *y,
+                    int n, dsr1_act act)
 {
+    if (dn) return dsr1_dnnl_matmul(dn, pool, &m->w, x, m->w.cols, y, m->w.rows, n);
     dsr1_matmul(pool, &m->w, x, m->w.cols, y, m->w.rows, n, act);
+    return 0;
+}
+
+/* Seconds per call: repeat until `budget` seconds have passed (at least
+ * twice, after one warm-up call), report the fastest; -1 if the oneDNN
+ * path refused the shape. */
+static double time_matmul(dsr1_pool *pool, dsr1_dnnl *dn, const bench_mat *m, const float *x,
+                          float *y, int n, dsr1_act act, double budget)
+{
+    if (one_call(pool, dn, m, x, y, n, act)) return -1;
     double best = 1e30, start = dsr1_common_now();
     for (int k = 0; k < 2 || dsr1_common_now() - start < budget; k++) {
         double t0 = dsr1_common_now();
-        dsr1_matmul(pool, &m->w, x, m->w.cols, y, m->w.rows, n, act);
+        one_call(pool, dn, m, x, y, n, act);
         double t = dsr1_common_now() - t0;
         if (t < best) best = t;
         if (k > 200) break;
@@ -191,7 +201,7 @@ static double time_matmul(dsr1_pool *pool, const bench_mat *m, const float *x, f
     return best;
 }
 
-static const char *act_names[] = {"f32", "bf16", "int8"};
+static const char *act_names[] = {"f32", "bf16", "int8", "onednn"};
 
 typedef struct kernel_opts {
     int threads, quick;
@@ -267,16 +277,24 @@ static int parse_kernel_opts(int argc, char **argv, kernel_opts *o)
     return 0;
 }
 
-/* Time one (n, act) of matrix m and print its line. */
-static void kernel_line(dsr1_pool *pool, const bench_mat *m, const float *x, float *y, int n,
-                        dsr1_act act, const kernel_opts *o, double membw, const double peak[3])
+/* Time one (n, act) of matrix m and print its line; with dn, the oneDNN
+ * path (act column "onednn", %peak against the bf16 peak). */
+static void kernel_line(dsr1_pool *pool, dsr1_dnnl *dn, const bench_mat *m, const float *x,
+                        float *y, int n, dsr1_act act, const kernel_opts *o, double membw,
+                        const double peak[3])
 {
-    double s = time_matmul(pool, m, x, y, n, act, o->quick ? 0.05 : 0.4);
+    double s = time_matmul(pool, dn, m, x, y, n, act, o->quick ? 0.05 : 0.4);
+    const char *name = act_names[dn ? 3 : act];
+    if (s < 0) {
+        printf("%-5s %-6s %4d  (oneDNN has no fast kernel for this shape)\n",
+               dsr1_type_name(m->w.type), name, n);
+        return;
+    }
     double gbs = (double)m->bytes / s / 1e9;
     double gflops = 2.0 * (double)m->w.rows * (double)m->w.cols * n / s / 1e9;
-    printf("%-5s %-5s %4d %10.3f %9.1f %9.1f %7.0f%% %6.0f%%\n", dsr1_type_name(m->w.type),
-           act_names[act], n, s * 1e3, gbs, gflops, 100.0 * gbs / membw,
-           peak[act] > 0 ? 100.0 * gflops / peak[act] : 0.0);
+    double pk = peak[dn ? DSR1_ACT_BF16 : act];
+    printf("%-5s %-6s %4d %10.3f %9.1f %9.1f %7.0f%% %6.0f%%\n", dsr1_type_name(m->w.type), name, n,
+           s * 1e3, gbs, gflops, 100.0 * gbs / membw, pk > 0 ? 100.0 * gflops / pk : 0.0);
     fflush(stdout);
 }
 
@@ -311,7 +329,9 @@ static int bench_kernels(int argc, char **argv)
     printf("kernels: %s, %d threads, W %lldx%lld, membw %.1f GB/s, peak GFLOP/s f32 %.0f bf16 %.0f int8 %.0f\n",
            dsr1_hw_kernels(&hw), dsr1_pool_size(pool), (long long)o.rows, (long long)o.cols, membw,
            peak[0], peak[1], peak[2]);
-    printf("%-5s %-5s %4s %10s %9s %9s %8s %7s\n", "type", "act", "n", "ms", "GB/s", "GFLOP/s",
+    dsr1_dnnl *dn = NULL;
+    if (dsr1_dnnl_usable() && dsr1_dnnl_create(&dn, &err)) dn = NULL; /* rows skipped */
+    printf("%-5s %-6s %4s %10s %9s %9s %8s %7s\n", "type", "act", "n", "ms", "GB/s", "GFLOP/s",
            "%membw", "%peak");
     int status = 0;
     for (int ti = 0; ti < o.n_types && !status; ti++) {
@@ -322,12 +342,16 @@ static int bench_kernels(int argc, char **argv)
             /* The fast mode's activations for this type (W8A8, W4A8, else BF16). */
             int a8 = o.types[ti] == DSR1_T_INT8 || o.types[ti] == DSR1_T_INT4;
             dsr1_act fast = a8 ? DSR1_ACT_INT8 : DSR1_ACT_BF16;
-            kernel_line(pool, &m, x, y, 1, DSR1_ACT_F32, &o, membw, peak);
-            for (int i = 0; i < o.n_ns; i++) kernel_line(pool, &m, x, y, o.ns[i], fast, &o, membw, peak);
+            kernel_line(pool, NULL, &m, x, y, 1, DSR1_ACT_F32, &o, membw, peak);
+            for (int i = 0; i < o.n_ns; i++) kernel_line(pool, NULL, &m, x, y, o.ns[i], fast, &o, membw, peak);
+            /* the fast mode's prefill GEMM, at the sizes it may take */
+            for (int i = 0; i < o.n_ns && dn; i++)
+                if (o.ns[i] >= 16) kernel_line(pool, dn, &m, x, y, o.ns[i], fast, &o, membw, peak);
         }
         free(m.data);
         free(m.scale);
     }
+    dsr1_dnnl_free(dn);
     free(x);
     free(y);
     dsr1_pool_free(pool);

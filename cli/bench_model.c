@@ -39,7 +39,7 @@ typedef struct model_opts {
     const char *model, *backend;
     int prompts[MAX_LIST], n_prompts;
     int batches[MAX_LIST], n_batches;
-    int gen, threads, f32, no_warmup;
+    int gen, threads, f32, no_warmup, numa, deterministic;
 } model_opts;
 
 typedef struct model_result {
@@ -78,12 +78,15 @@ static int parse_opts(int argc, char **argv, model_opts *o)
         else if (!strcmp(a, "--backend") && has) o->backend = argv[++i];
         else if (!strcmp(a, "--f32")) o->f32 = 1;
         else if (!strcmp(a, "--no-warmup")) o->no_warmup = 1;
+        else if (!strcmp(a, "--deterministic")) o->deterministic = 1;
         else if (!strcmp(a, "--prompt") && has)
             rc = parse_list(a, argv[++i], 1, 1 << 20, o->prompts, &o->n_prompts);
         else if (!strcmp(a, "--batch") && has)
             rc = parse_list(a, argv[++i], 1, 4096, o->batches, &o->n_batches);
         else if (!strcmp(a, "--gen") && has) {
             if (!(rc = dsr1_common_opt_num("bench", a, argv[++i], 1, 1 << 20, 1, &v))) o->gen = (int)v;
+        } else if (!strcmp(a, "--numa") && has) {
+            rc = dsr1_common_numa_arg("bench", argv[++i], &o->numa);
         } else if (!strcmp(a, "--threads") && has) {
             if (!(rc = dsr1_common_opt_num("bench", a, argv[++i], 1, 1024, 1, &v))) o->threads = (int)v;
         } else
@@ -268,8 +271,9 @@ int dsr1_bench_model(int argc, char **argv)
     char path[4096];
     dsr1_error err = {0};
     if (dsr1_common_model_path(o.model, path, sizeof path, &err)) return dsr1_cli_fail(&err);
-    dsr1_model_options mo = {.backend = o.backend, .threads = o.threads,
-                             .compute = o.f32 ? DSR1_COMPUTE_F32 : DSR1_COMPUTE_FAST};
+    dsr1_model_options mo = {.backend = o.backend, .threads = o.threads, .numa_nodes = o.numa,
+                             .compute = o.f32 ? DSR1_COMPUTE_F32 : DSR1_COMPUTE_FAST,
+                             .deterministic = o.deterministic};
     dsr1_model *m = NULL;
     double membw = 0, bw = 0;
     model_result res[2 * MAX_LIST];

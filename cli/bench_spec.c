@@ -23,21 +23,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_spec.h"
 #include "cli.h"
 #include "common.h"
 #include "core/dsr1.h"
 #include "core/spec.h"
 
 typedef struct spec_opts {
-    const char *model, *backend;
-    int threads, k, prompt, gen, f32;
+    const char *model, *backend, *prompts;
+    int threads, k, prompt, gen, f32, batch, gen_set, rounds, deterministic;
     double accept;
 } spec_opts;
 
 static int usage(FILE *f)
 {
     fprintf(f, "usage: dsr1 bench --spec [-m MODEL] [--k 1..%d] [--prompt N] [--gen N]\n"
-               "                  [--accept A] [--threads N] [--backend NAME] [--f32]\n"
+               "                  [--accept A] [--threads N] [--backend NAME] [--f32] [--deterministic]\n"
+               "       dsr1 bench --spec -m MODEL --prompts FILE.jsonl [--batch N] [--gen N] [--k K]\n"
+               "                  [--rounds R]\n"
                "See dsr1-bench(1).\n", DSR1_SPEC_MAX_DRAFT);
     return f == stdout ? 0 : 2;
 }
@@ -53,7 +56,7 @@ static int num(int argc, char **argv, int *i, double lo, double hi, int integer,
  * Returns 0, 2 (usage error printed) or -1 (help printed). */
 static int parse(int argc, char **argv, spec_opts *o)
 {
-    *o = (spec_opts){.prompt = 64, .gen = 32, .accept = 0.8};
+    *o = (spec_opts){.prompt = 64, .gen = 32, .accept = 0.8, .batch = 1, .rounds = 3};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         double v = 0;
@@ -69,12 +72,20 @@ static int parse(int argc, char **argv, spec_opts *o)
             o->backend = argv[++i];
         } else if (!strcmp(a, "--f32")) {
             o->f32 = 1;
+        } else if (!strcmp(a, "--deterministic")) {
+            o->deterministic = 1;
+        } else if (!strcmp(a, "--prompts") && i + 1 < argc) {
+            o->prompts = argv[++i];
+        } else if (!strcmp(a, "--rounds")) {
+            if (!(rc = num(argc, argv, &i, 1, 15, 1, &v))) o->rounds = (int)v;
+        } else if (!strcmp(a, "--batch")) {
+            if (!(rc = num(argc, argv, &i, 1, 256, 1, &v))) o->batch = (int)v;
         } else if (!strcmp(a, "--k")) {
             if (!(rc = num(argc, argv, &i, 1, DSR1_SPEC_MAX_DRAFT, 1, &v))) o->k = (int)v;
         } else if (!strcmp(a, "--prompt")) {
             if (!(rc = num(argc, argv, &i, 1, 65536, 1, &v))) o->prompt = (int)v;
         } else if (!strcmp(a, "--gen")) {
-            if (!(rc = num(argc, argv, &i, 2, 65536, 1, &v))) o->gen = (int)v;
+            if (!(rc = num(argc, argv, &i, 2, 65536, 1, &v))) o->gen = (int)v, o->gen_set = 1;
         } else if (!strcmp(a, "--threads")) {
             if (!(rc = num(argc, argv, &i, 0, 4096, 1, &v))) o->threads = (int)v;
         } else if (!strcmp(a, "--accept")) {
@@ -281,7 +292,8 @@ int dsr1_bench_spec(int argc, char **argv)
     dsr1_error err = {0};
     if (dsr1_common_model_path(o.model, path, sizeof path, &err)) return dsr1_cli_fail(&err);
     dsr1_model_options mo = {.backend = o.backend, .threads = o.threads,
-                             .compute = o.f32 ? DSR1_COMPUTE_F32 : DSR1_COMPUTE_FAST};
+                             .compute = o.f32 ? DSR1_COMPUTE_F32 : DSR1_COMPUTE_FAST,
+                             .deterministic = o.deterministic};
     dsr1_model *m = NULL;
     if (dsr1_model_open(&m, path, &mo, &err)) return dsr1_cli_fail(&err);
     int32_t *ids = malloc((size_t)(o.prompt + o.gen) * sizeof *ids);
@@ -290,6 +302,14 @@ int dsr1_bench_spec(int argc, char **argv)
         rc = dsr1_errorf(&err, DSR1_EUNSUPPORTED, "%s: no MTP layer, nothing to speculate with", path);
     double t_dec = 0, t_step[DSR1_SPEC_MAX_DRAFT + 1] = {0};
     int best_k = 1;
+    if (!rc && o.prompts) {
+        printf("model: %s: %s\n", path, dsr1_model_describe(m));
+        rc = dsr1_bench_spec_prompts(m, o.prompts, o.batch, o.gen_set ? o.gen : 256, o.k,
+                                     o.rounds, &err);
+        free(ids);
+        dsr1_model_close(m);
+        return rc ? dsr1_cli_fail(&err) : 0;
+    }
     if (!rc) {
         make_prompt(ids, o.prompt, dsr1_model_config(m)->vocab_size);
         printf("model: %s: %s\nbatch 1, prompt %d, gen %d, greedy; tokens/s and speed-up over "

@@ -36,7 +36,7 @@ int dsr1_bench_spec(int argc, char **argv);
 
 /* `dsr1 info --hw [--json]`: describe this machine (CPU features, cores,
  * NUMA, memory, GPUs); implemented in cli/info_hw.c. Returns the exit code. */
-int dsr1_info_hw(int json);
+int dsr1_info_hw(int json, int numa, int threads); /* numa, threads: as --numa, --threads */
 
 /* Print "dsr1: <msg>" to stderr and return 1 (runtime error exit code). */
 int dsr1_cli_fail(const dsr1_error *err);

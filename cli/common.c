@@ -346,8 +346,24 @@ static void load_progress(double frac, const char *what, void *ctx)
                        what ? what : "");
 }
 
-/* Set by --verify (dsr1_common_gen_flag); read when a model is opened. */
-static int verify_on_load;
+/* Set by --verify, --numa and --deterministic (dsr1_common_gen_flag); read
+ * when a model is opened. */
+static int verify_on_load, numa_on_load, deterministic_on_load;
+
+int dsr1_common_numa_arg(const char *cmd, const char *v, int *out)
+{
+    char *end = NULL;
+    long n = 0;
+    if (v && !strcmp(v, "auto")) *out = 0;
+    else if (v && !strcmp(v, "off")) *out = 1;
+    else if (v && !strncmp(v, "virtual:", 8) && (n = strtol(v + 8, &end, 10)) >= 1 && n <= 64 &&
+             end != v + 8 && !*end)
+        *out = (int)n;
+    else
+        return dsr1_cli_usage(cmd, "--numa wants auto, off or virtual:N (N 1..64), got '%s'",
+                              v ? v : "");
+    return 0;
+}
 
 int dsr1_common_open_model(dsr1_model **m, const char *path, const char *backend,
                            int threads, int quiet, dsr1_error *err)
@@ -363,6 +379,8 @@ int dsr1_common_open_model(dsr1_model **m, const char *path, const char *backend
     o.progress = load_progress;
     o.progress_ctx = &c;
     o.verify = verify_on_load;
+    o.numa_nodes = numa_on_load;
+    o.deterministic = deterministic_on_load;
     double t0 = dsr1_common_now();
     int rc = dsr1_model_open(m, path, &o, err);
     dsr1_common_status_clear(&st);
@@ -709,15 +727,22 @@ int dsr1_common_gen_flag(const char *cmd, dsr1_gen_flags *f, int c, const char *
         [DSR1_GEN_FREQ - DSR1_GEN_OPT_BASE] = {"--frequency-penalty", -2, 2, 0},
     };
     if (c < DSR1_GEN_OPT_BASE || c >= DSR1_GEN_OPT_END) return -1;
-    if (c == DSR1_GEN_VERIFY) {
-        verify_on_load = 1;
+    if (c == DSR1_GEN_VERIFY || c == DSR1_GEN_DETERMINISTIC) {
+        *(c == DSR1_GEN_VERIFY ? &verify_on_load : &deterministic_on_load) = 1;
         return 0;
     }
+    if (c == DSR1_GEN_NUMA) return dsr1_common_numa_arg(cmd, v, &numa_on_load);
     if (c == DSR1_GEN_MLOCK || c == DSR1_GEN_PRELOAD || c == DSR1_GEN_NOPRELOAD ||
         c == DSR1_GEN_NOPREFIX) {
         if (c == DSR1_GEN_NOPREFIX) f->no_prefix_cache = 1;
         else if (c == DSR1_GEN_MLOCK) f->mlock = 1;
         else f->preload = c == DSR1_GEN_PRELOAD ? 1 : -1;
+        return 0;
+    }
+    if (c == DSR1_GEN_KVTYPE) {
+        if (strcmp(v, "bf16") && strcmp(v, "fp8"))
+            return dsr1_cli_usage(cmd, "--kv-type: expected bf16 or fp8, got '%s'", v);
+        f->kv_fp8 = !strcmp(v, "fp8");
         return 0;
     }
     int i = c - DSR1_GEN_OPT_BASE;

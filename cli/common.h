@@ -170,7 +170,9 @@ enum {
     DSR1_GEN_MINP, DSR1_GEN_REP, DSR1_GEN_SEED, DSR1_GEN_CTX, DSR1_GEN_THREADS,
     DSR1_GEN_SPEC, DSR1_GEN_PRES, DSR1_GEN_FREQ, DSR1_GEN_VERIFY,
     DSR1_GEN_MLOCK, DSR1_GEN_PRELOAD, DSR1_GEN_NOPRELOAD, /* memory: no value */
-    DSR1_GEN_NOPREFIX,                                    /* no value */
+    DSR1_GEN_NOPREFIX, DSR1_GEN_DETERMINISTIC,            /* no value */
+    DSR1_GEN_KVTYPE,                                      /* bf16 | fp8 */
+    DSR1_GEN_NUMA,
     DSR1_GEN_OPT_END
 };
 /* getopt_long entries for the flags above, to splice into a command's table. */
@@ -196,7 +198,10 @@ enum {
     {"mlock", no_argument, 0, DSR1_GEN_MLOCK},                                        \
     {"preload", no_argument, 0, DSR1_GEN_PRELOAD},                                    \
     {"no-preload", no_argument, 0, DSR1_GEN_NOPRELOAD},                               \
-    {"no-prefix-cache", no_argument, 0, DSR1_GEN_NOPREFIX}
+    {"no-prefix-cache", no_argument, 0, DSR1_GEN_NOPREFIX},                           \
+    {"kv-type", required_argument, 0, DSR1_GEN_KVTYPE},                               \
+    {"numa", required_argument, 0, DSR1_GEN_NUMA},                                    \
+    {"deterministic", no_argument, 0, DSR1_GEN_DETERMINISTIC}
 
 typedef struct dsr1_gen_flags {
     dsr1_sampling *sampling; /* where the sampling flags go (caller's struct) */
@@ -206,7 +211,14 @@ typedef struct dsr1_gen_flags {
     int preload;             /* 0 auto (terminal, file not cached), 1 --preload, -1 --no-preload */
     int mlock;               /* --mlock: preload and lock the weights in memory */
     int no_prefix_cache;     /* --no-prefix-cache: every prompt computed in full */
+    int kv_fp8;              /* --kv-type fp8 (default bf16) */
 } dsr1_gen_flags;
+
+/* --numa auto|off|virtual:N: the CPU backend's NUMA split
+ * (dsr1_model_options.numa_nodes: 0, 1, N) into *out; 0, or 2 after a
+ * usage error naming cmd. Also a generation flag (DSR1_GEN_NUMA), which
+ * applies to every later dsr1_common_open_model. */
+int dsr1_common_numa_arg(const char *cmd, const char *v, int *out);
 
 /* --verify (no value) makes every later dsr1_common_open_model hash the
  * whole file against its directory before loading (dsr1 verify's check). */

@@ -45,11 +45,13 @@ typedef struct routing {
 static int usage(FILE *f)
 {
     fprintf(f, "usage: dsr1 eval [-m MODEL] [--prompts FILE | --ids ID,ID,...] [--n N]\n"
-               "                 [--ref FILE] [--threads N] [--json]\n"
+               "                 [--ref FILE] [--kv-type bf16|fp8] [--threads N] [--json]\n"
+               "                 [--deterministic]\n"
                "Compares the fast compute path with the float32 path (teacher-forced):\n"
                "top-1 agreement, logit cosine, KL(f32 || fast). --ref FILE takes the float32\n"
                "path of another file with the same shapes instead (the cost of a weight type,\n"
-               "e.g. an INT8 LM head against a BF16 one). See dsr1-eval(1).\n");
+               "e.g. an INT8 LM head against a BF16 one). --deterministic: the fast path with\n"
+               "only batch-invariant kernels (no oneDNN). See dsr1-eval(1).\n");
     return f == stdout ? 0 : 2;
 }
 
@@ -272,7 +274,7 @@ static void print_group(const char *what, const stats *g)
 }
 
 static void report(const char *path, const char *refpath, const dsr1_model *fast, const seqs *s,
-                   const stats *st, const routing *ro, int json)
+                   const stats *st, const routing *ro, int json, int kv_fp8)
 {
     double pa = st->pos ? 100.0 * st->agree / st->pos : 0;
     double pc = st->clear ? 100.0 * st->clear_agree / st->clear : 100.0;
@@ -287,8 +289,8 @@ static void report(const char *path, const char *refpath, const dsr1_model *fast
                same->pos ? same->cos_min : 1.0, same->kl_max);
         return;
     }
-    printf("eval: %s\n  fast path: %s\n  %d sequences, %ld positions (teacher-forced)\n", path,
-           dsr1_model_describe(fast), s->n, st->pos);
+    printf("eval: %s\n  fast path: %s, %s KV cache\n  %d sequences, %ld positions (teacher-forced)\n",
+           path, dsr1_model_describe(fast), kv_fp8 ? "fp8" : "bf16", s->n, st->pos);
     printf("  reference: float32 path of %s\n", refpath);
     printf("  top-1 agreement:      %6.2f%% (%ld/%ld)\n", pa, st->agree, st->pos);
     printf("  where f32 margin > 1: %6.2f%% (%ld/%ld)\n", pc, st->clear_agree, st->clear);
@@ -304,7 +306,7 @@ static void report(const char *path, const char *refpath, const dsr1_model *fast
 int dsr1_cmd_eval(int argc, char **argv)
 {
     const char *model = NULL, *prompts = NULL, *ids = NULL, *refpath = NULL;
-    int threads = 0, json = 0;
+    int threads = 0, json = 0, kv_fp8 = 0, deterministic = 0;
     double n = 64;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -315,6 +317,13 @@ int dsr1_cmd_eval(int argc, char **argv)
         else if (!strcmp(a, "--ids") && has) ids = argv[++i];
         else if (!strcmp(a, "--ref") && has) refpath = argv[++i];
         else if (!strcmp(a, "--json")) json = 1;
+        else if (!strcmp(a, "--deterministic")) deterministic = 1;
+        else if (!strcmp(a, "--kv-type") && has) {
+            const char *v = argv[++i];
+            if (strcmp(v, "bf16") && strcmp(v, "fp8"))
+                return dsr1_cli_usage("eval", "--kv-type: expected bf16 or fp8, got '%s'", v);
+            kv_fp8 = !strcmp(v, "fp8");
+        }
         else if (!strcmp(a, "--n") && has) {
             if (dsr1_common_opt_num("eval", "--n", argv[++i], 1, 1 << 20, 1, &n)) return 2;
         } else if (!strcmp(a, "--threads") && has) {
@@ -327,7 +336,8 @@ int dsr1_cmd_eval(int argc, char **argv)
     char path[4096];
     dsr1_error err = {0};
     if (dsr1_common_model_path(model, path, sizeof path, &err)) return dsr1_cli_fail(&err);
-    dsr1_model_options fo = {.threads = threads, .compute = DSR1_COMPUTE_FAST};
+    dsr1_model_options fo = {.threads = threads, .compute = DSR1_COMPUTE_FAST, .kv_fp8 = kv_fp8,
+                             .deterministic = deterministic};
     dsr1_model_options ro = {.threads = threads, .compute = DSR1_COMPUTE_F32};
     dsr1_model *fast = NULL, *ref = NULL;
     static seqs s; /* large arrays: not on the stack (cli/ may keep state) */
@@ -341,7 +351,7 @@ int dsr1_cmd_eval(int argc, char **argv)
     else if (!rc) rc = random_seqs(&s, dsr1_model_config(ref)->vocab_size, (size_t)n, &err);
     if (!rc && s.n == 0) rc = dsr1_errorf(&err, DSR1_EINVAL, "eval: no tokens to evaluate");
     if (!rc) rc = run_eval(fast, ref, &s, &st, &rt, &err);
-    if (!rc) report(path, refpath ? refpath : path, fast, &s, &st, &rt, json);
+    if (!rc) report(path, refpath ? refpath : path, fast, &s, &st, &rt, json, kv_fp8);
     seqs_free(&s);
     dsr1_model_close(fast);
     dsr1_model_close(ref);

@@ -237,14 +237,21 @@ static void print_text(const facts *f)
 
 int dsr1_cmd_info(int argc, char **argv)
 {
-    int json = 0, hw = 0;
+    int json = 0, hw = 0, numa = 0, threads = 0;
     const char *path = NULL;
     for (int i = 1; i < argc; i++) {
+        double v;
         if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--numa") && i + 1 < argc) {
+            if (dsr1_common_numa_arg("info", argv[++i], &numa)) return 2;
+        } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+            if (dsr1_common_opt_num("info", "--threads", argv[++i], 1, 1024, 1, &v)) return 2;
+            threads = (int)v;
+        }
         else if (!strcmp(argv[i], "--hw")) hw = 1;
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             printf("usage: dsr1 info [FILE.dsr1|CHECKPOINT_DIR] [--json]\n"
-                   "       dsr1 info --hw [--json]\n"
+                   "       dsr1 info --hw [--json] [--numa auto|off|virtual:N] [--threads N]\n"
                    "Describe a model (config, tensors by type, memory, parameters, provenance)\n"
                    "or this machine. Without a file: the default model (DSR1_MODEL, then\n"
                    "the data directory's default). See dsr1-info(1).\n");
@@ -253,7 +260,8 @@ int dsr1_cmd_info(int argc, char **argv)
         else if (path) return dsr1_cli_usage("info", "unexpected argument '%s'", argv[i]);
         else path = argv[i];
     }
-    if (hw) return path ? dsr1_cli_usage("info", "--hw takes no file") : dsr1_info_hw(json);
+    if (hw) return path ? dsr1_cli_usage("info", "--hw takes no file") : dsr1_info_hw(json, numa, threads);
+    if (numa || threads) return dsr1_cli_usage("info", "--numa and --threads go with --hw");
     char resolved[4096];
     dsr1_error err = {0};
     if (path) { /* a repo id: its snapshot in the Hugging Face cache */

@@ -5,13 +5,16 @@
  * backend `--backend auto` picks, and every backend dsr1 knows with
  * "available" or the reason it is not (the registry, backends/backend.c,
  * through core/dsr1.h). CPU detection is backends/cpu/hw.c; this file only
- * formats.
+ * formats. The NUMA split (--numa, backends/cpu/numa.c): each node's CPUs,
+ * threads, memory node and the routed experts of a 256-expert layer
+ * (DeepSeek-V3/R1, all the same size) it would run.
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "backends/cpu/hw.h"
+#include "backends/cpu/numa.h"
 #include "cli.h"
 #include "common.h"
 
@@ -56,7 +59,89 @@ static const char *auto_pick(const dsr1_backend_info *bi, int n)
     return "none";
 }
 
-static int print_json(const dsr1_hw *hw)
+/* The split the CPU backend would make: topology, threads, experts. */
+typedef struct numa_view {
+    dsr1_numa_topo t;
+    int threads[DSR1_NUMA_MAX_NODES];
+    int expert[256];
+    char mode[96];
+} numa_view;
+
+#define VIEW_EXPERTS 256
+
+static int numa_view_init(numa_view *v, int want, int threads, int cpus)
+{
+    dsr1_error err;
+    if (dsr1_numa_topo_init(&v->t, want, &err)) {
+        fprintf(stderr, "dsr1: info --hw: %s\n", err.msg);
+        return 1;
+    }
+    dsr1_numa_threads(&v->t, threads > 0 ? threads : cpus > 0 ? cpus : 1, v->threads);
+    uint64_t bytes[VIEW_EXPERTS];
+    for (int e = 0; e < VIEW_EXPERTS; e++) bytes[e] = 1;
+    dsr1_numa_partition(bytes, VIEW_EXPERTS, v->t.n_nodes, v->expert, NULL);
+    dsr1_numa_describe(&v->t, v->mode, sizeof v->mode);
+    return 0;
+}
+
+/* "0,2,4,..,254 (128)": the first few and the last of node k's experts. */
+static void expert_list(const numa_view *v, int k, char *buf, size_t cap)
+{
+    int n = 0, last = -1;
+    size_t len = 0;
+    buf[0] = 0;
+    for (int e = 0; e < VIEW_EXPERTS; e++) {
+        if (v->expert[e] != k) continue;
+        if (n < 4 && len < cap) len += (size_t)snprintf(buf + len, cap - len, "%s%d", n ? "," : "", e);
+        last = e;
+        n++;
+    }
+    if (n > 4 && len < cap) len += (size_t)snprintf(buf + len, cap - len, ",..,%d", last);
+    if (len < cap) snprintf(buf + len, cap - len, " (%d of %d)", n, VIEW_EXPERTS);
+}
+
+static void cpu_list(const numa_view *v, int k, char *buf, size_t cap)
+{
+    size_t len = 0;
+    buf[0] = 0;
+    for (int i = v->t.first[k]; i < v->t.first[k + 1] && len < cap; i++)
+        len += (size_t)snprintf(buf + len, cap - len, "%s%d", i > v->t.first[k] ? "," : "", v->t.cpus[i]);
+}
+
+static void numa_json(cJSON *o, const numa_view *v)
+{
+    cJSON *n = cJSON_AddObjectToObject(o, "numa");
+    cJSON_AddStringToObject(n, "split", v->mode);
+    cJSON_AddBoolToObject(n, "virtual", v->t.is_virtual);
+    cJSON *arr = cJSON_AddArrayToObject(n, "nodes");
+    for (int k = 0; k < v->t.n_nodes; k++) {
+        cJSON *nd = cJSON_CreateObject();
+        cJSON_AddNumberToObject(nd, "node", k);
+        cJSON_AddNumberToObject(nd, "memory_node", v->t.phys[k]);
+        cJSON_AddNumberToObject(nd, "threads", v->threads[k]);
+        cJSON *c = cJSON_AddArrayToObject(nd, "cpus");
+        for (int i = v->t.first[k]; i < v->t.first[k + 1]; i++)
+            cJSON_AddItemToArray(c, cJSON_CreateNumber(v->t.cpus[i]));
+        cJSON *ex = cJSON_AddArrayToObject(nd, "experts_of_256");
+        for (int e = 0; e < VIEW_EXPERTS; e++)
+            if (v->expert[e] == k) cJSON_AddItemToArray(ex, cJSON_CreateNumber(e));
+        cJSON_AddItemToArray(arr, nd);
+    }
+}
+
+static void numa_text(const numa_view *v)
+{
+    printf("numa split: %s\n", v->mode);
+    for (int k = 0; k < v->t.n_nodes; k++) {
+        char c[256], e[96];
+        cpu_list(v, k, c, sizeof c);
+        expert_list(v, k, e, sizeof e);
+        printf("  node %d:   cpus %s; %d thread%s; memory node %d; experts %s\n", k, c, v->threads[k],
+               v->threads[k] == 1 ? "" : "s", v->t.phys[k], e);
+    }
+}
+
+static int print_json(const dsr1_hw *hw, const numa_view *v)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON *cpu = cJSON_AddObjectToObject(o, "cpu");
@@ -76,6 +161,7 @@ static int print_json(const dsr1_hw *hw)
     cJSON_AddNumberToObject(cpu, "l2_bytes", (double)hw->l2_bytes);
     cJSON_AddNumberToObject(cpu, "l3_bytes", (double)hw->l3_bytes);
     cJSON_AddNumberToObject(o, "numa_nodes", hw->numa_nodes);
+    numa_json(o, v);
     cJSON *mem = cJSON_AddObjectToObject(o, "memory");
     cJSON_AddNumberToObject(mem, "total_bytes", (double)hw->mem_total);
     cJSON_AddNumberToObject(mem, "available_bytes", (double)hw->mem_available);
@@ -110,7 +196,7 @@ static int print_json(const dsr1_hw *hw)
     return 0;
 }
 
-static void print_text(const dsr1_hw *hw)
+static void print_text(const dsr1_hw *hw, const numa_view *v)
 {
     char a[32], b[32], g[96];
     printf("cpu:        %s (%s family %d model %d)\n", hw->cpu_name[0] ? hw->cpu_name : "unknown",
@@ -128,6 +214,7 @@ static void print_text(const dsr1_hw *hw)
     printf("caches:     L2 %s per core, L3 %s\n", dsr1_common_bytes((double)hw->l2_bytes, a, sizeof a),
            dsr1_common_bytes((double)hw->l3_bytes, b, sizeof b));
     printf("numa:       %d node%s\n", hw->numa_nodes, hw->numa_nodes == 1 ? "" : "s");
+    numa_text(v);
     printf("memory:     %s total, %s available\n", dsr1_common_bytes((double)hw->mem_total, a, sizeof a),
            dsr1_common_bytes((double)hw->mem_available, b, sizeof b));
     printf("cuda:       %s\n", gpu_state(hw->cuda_devices, g, sizeof g));
@@ -140,11 +227,18 @@ static void print_text(const dsr1_hw *hw)
                bi[i].available ? "available" : "not available", bi[i].why);
 }
 
-int dsr1_info_hw(int json)
+int dsr1_info_hw(int json, int numa, int threads)
 {
     dsr1_hw hw;
     dsr1_hw_detect(&hw);
-    if (json) return print_json(&hw);
-    print_text(&hw);
-    return 0;
+    numa_view *v = malloc(sizeof *v); /* the topology holds 1024 CPUs: not on the stack */
+    if (!v) {
+        fprintf(stderr, "dsr1: info --hw: out of memory\n");
+        return 1;
+    }
+    int rc = numa_view_init(v, numa, threads, hw.logical_cpus);
+    if (!rc && json) rc = print_json(&hw, v);
+    else if (!rc) print_text(&hw, v);
+    free(v);
+    return rc;
 }

@@ -22,7 +22,7 @@
 
 typedef struct logits_args {
     const char *model, *ids, *ids_file, *out, *chunks;
-    int prefill, mtp, hidden, f32, threads;
+    int prefill, mtp, hidden, f32, threads, numa, deterministic;
 } logits_args;
 
 static void usage(FILE *f)
@@ -37,7 +37,10 @@ static void usage(FILE *f)
                "  --mtp              MTP draft logits for positions 0..n-2\n"
                "  --hidden           final-normed hidden states instead of logits\n"
                "  --f32              the float32 compute path (exact)\n"
+               "  --deterministic    only batch-invariant kernels (the same bits whatever the\n"
+               "                     chunking; default: fast mode, oneDNN for FP8 128+ token chunks)\n"
                "  --threads N        worker threads (default: one per core)\n"
+               "  --numa MODE        auto, off or virtual:N (CPU NUMA split; same logits)\n"
                "See dsr1-logits(1).\n");
 }
 
@@ -90,9 +93,13 @@ static int parse_args(int argc, char **argv, logits_args *a)
         else if ((v = VAL("--chunks"))) a->chunks = v;
         else if ((v = VAL("--prefill"))) a->prefill = atoi(v);
         else if ((v = VAL("--threads"))) a->threads = atoi(v);
+        else if ((v = VAL("--numa"))) {
+            if (dsr1_common_numa_arg("logits", v, &a->numa)) return 2;
+        }
         else if (!strcmp(o, "--mtp")) a->mtp = 1;
         else if (!strcmp(o, "--hidden")) a->hidden = 1;
         else if (!strcmp(o, "--f32")) a->f32 = 1;
+        else if (!strcmp(o, "--deterministic")) a->deterministic = 1;
         else return dsr1_cli_usage("logits", "unknown or incomplete option '%s'", o);
 #undef VAL
     }
@@ -187,8 +194,9 @@ static int run(const logits_args *a, const int32_t *ids, size_t n, const size_t 
     dsr1_model *m = NULL;
     if (probe_out(a->out, &err) || dsr1_common_model_path(a->model, path, sizeof path, &err))
         return dsr1_cli_fail(&err);
-    dsr1_model_options o = {.threads = a->threads,
-                            .compute = a->f32 ? DSR1_COMPUTE_F32 : DSR1_COMPUTE_FAST};
+    dsr1_model_options o = {.threads = a->threads, .numa_nodes = a->numa,
+                            .compute = a->f32 ? DSR1_COMPUTE_F32 : DSR1_COMPUTE_FAST,
+                            .deterministic = a->deterministic};
     if (dsr1_model_open(&m, path, &o, &err)) return dsr1_cli_fail(&err);
     fprintf(stderr, "model: %s: %s\n", path, dsr1_model_describe(m));
     const dsr1_config *c = dsr1_model_config(m);

@@ -40,6 +40,19 @@ typedef struct dsr1_model_options {
     /* Non-zero: hash every tensor's payload against the directory before
      * loading (reads the whole file once; see dsr1(5), "What is checked"). */
     int verify;
+    /* Non-zero: only batch-invariant kernels, so a token's logits are the
+     * same bits alone or in any batch (what speculative decoding's
+     * exactness and the prefix cache's equality rest on). Zero: the fast
+     * mode (the CPU runs large prefill matmuls through oneDNN; results
+     * then differ by bf16 rounding between batch shapes). */
+    int deterministic;
+    /* Non-zero: the fast mode's KV cache in FP8 e4m3 with a scale per row
+     * (half of BF16's bytes) for the model's own forwards (dsr1 eval);
+     * engines take theirs from dsr1_engine_options.kv_type. */
+    int kv_fp8;
+    /* CPU backend NUMA split: 0 = the machine's nodes, 1 = off, N > 1 =
+     * N virtual nodes (dsr1_backend_options.numa_nodes). Same logits. */
+    int numa_nodes;
 } dsr1_model_options;
 
 int dsr1_model_open(dsr1_model **out, const char *path, const dsr1_model_options *opt,
@@ -69,6 +82,10 @@ typedef struct dsr1_backend_info {
 int dsr1_backends(dsr1_backend_info *out, int max);
 /* Bytes of weights read per decoded token at batch 1 (active params). */
 uint64_t dsr1_model_active_weight_bytes(const dsr1_model *m);
+/* What speculative decoding costs on this model, in decode steps, from the
+ * weight bytes read: one more verify row (*row) and one MTP draft (*draft).
+ * The adaptive mode's defaults (dsr1_engine_options). */
+void dsr1_model_spec_costs(const dsr1_model *m, float *row, float *draft);
 
 /* ---- engine ----------------------------------------------------------- */
 
@@ -85,6 +102,9 @@ typedef struct dsr1_engine_options {
     dsr1_kv_type kv_type;
     int prefill_chunk;     /* max prompt tokens per sequence per step (default 512) */
     int spec_draft;        /* -1 adaptive (default), 0 off, N fixed draft length */
+    /* Adaptive mode: what one more verify row and one MTP draft cost, in
+     * decode steps; negative (default) = dsr1_model_spec_costs'. */
+    float spec_row_cost, spec_draft_cost;
     int prefix_cache;      /* 1 (default): share the KV of common prompt prefixes */
 } dsr1_engine_options;
 

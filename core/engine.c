@@ -57,6 +57,7 @@ void dsr1_engine_options_default(dsr1_engine_options *o)
     o->kv_type = DSR1_KV_BF16;
     o->prefill_chunk = 512;
     o->spec_draft = -1;
+    o->spec_row_cost = o->spec_draft_cost = -1;
     o->prefix_cache = 1;
 }
 
@@ -165,6 +166,9 @@ int dsr1_engine_create(dsr1_engine **out, dsr1_model *m, const dsr1_engine_optio
     e->o = o;
     e->n_seqs = 4 * o.max_seqs + 16;
     e->kmax = draft_max(m, o.spec_draft);
+    dsr1_model_spec_costs(m, &e->costs.row, &e->costs.draft);
+    if (o.spec_row_cost >= 0) e->costs.row = o.spec_row_cost;
+    if (o.spec_draft_cost >= 0) e->costs.draft = o.spec_draft_cost;
     e->max_batch = o.prefill_chunk + o.max_seqs * (e->kmax + 1);
     /* A catch-up after a sit-out adds up to DSR1_SPEC_MAX_LAG MTP rows per
      * sequence to the step's own. */

@@ -77,6 +77,7 @@ struct dsr1_engine {
     int max_batch;           /* tokens per step: prefill_chunk + max_seqs * (kmax + 1), plus
                               * max_seqs * DSR1_SPEC_MAX_LAG in the adaptive mode (catch-up) */
     int kmax;                /* most drafts per sequence per step; 0: no speculation */
+    dsr1_spec_costs costs;   /* the adaptive policy's (options or the model's estimate) */
     /* per-step buffers, sized at create */
     int32_t *b_ids, *b_pos, *b_seq, *b_out; /* [max_batch] */
     int32_t *b_all;          /* [max_batch] 0, 1, 2, ...: every row wanted */

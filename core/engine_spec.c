@@ -93,7 +93,7 @@ static int catchup_batch(dsr1_engine *e, int *n_out)
         if (s->b_len <= 0 || s->slot < 0 || s->n_done <= s->n_mtp) continue; /* fed, kept */
         int fed = e->b_pos[s->b_row];
         if (s->n_mtp != fed && !(s->h_lag && s->n_mtp < fed)) continue;
-        int want = e->o.spec_draft >= 0 || dsr1_spec_try(&s->track);
+        int want = e->o.spec_draft >= 0 || dsr1_spec_try(&s->track, &e->costs);
         if (!want && defer(e, s, fed)) continue;
         for (int p = s->n_mtp; p < s->n_done; p++, nb++) {
             e->m_ids[nb] = s->tokens[p + 1];
@@ -147,13 +147,15 @@ static int take_drafts(dsr1_engine *e, int n_out, int j)
         eseq *s = &e->seqs[e->m_owner[r]];
         const float *lg = e->mtp_logits + (size_t)r * V;
         int32_t x = choose(e, s, lg, j);
-        if (adaptive && !dsr1_spec_keep(&s->track, dsr1_spec_confidence(lg, (int)V), &s->chain)) {
+        if (adaptive && !dsr1_spec_keep(&s->track, dsr1_spec_confidence(lg, (int)V), &s->chain,
+                                           &e->costs)) {
             if (j == 0) dsr1_spec_track_declined(&s->track);
             continue;
         }
         s->tokens[s->n_tokens + j] = x;
         s->n_draft = j + 1;
-        if (j + 1 >= s->k_limit) continue;
+        if (j + 1 >= s->k_limit || (adaptive && !dsr1_spec_more(&s->track, s->chain, &e->costs)))
+            continue;
         e->m_ids[nb] = x;
         e->m_pos[nb] = s->n_done + j;
         e->m_seq[nb] = s->slot;

@@ -365,7 +365,9 @@ static int load(dsr1_model *m, const char *path, const dsr1_model_options *o, ds
     /* The backend first: each weight is handed to it once as it is found. */
     DSR1_TRY(dsr1_backend_find(o ? o->backend : NULL, &m->be, m->backend_why,
                                sizeof m->backend_why, err));
-    dsr1_backend_options bo = {.threads = m->threads, .device = 0};
+    dsr1_backend_options bo = {.threads = m->threads, .device = 0,
+                               .numa_nodes = o ? o->numa_nodes : 0,
+                               .deterministic = o && o->deterministic};
     DSR1_TRY(m->be->create(&bo, &m->dev, err));
     DSR1_TRY(get_embed(m, "model.embed_tokens.weight", &m->embed, err));
     DSR1_TRY(get_vec(m, "model.norm.weight", c->hidden_size, &m->norm, err));
@@ -392,6 +394,7 @@ int dsr1_model_open(dsr1_model **out, const char *path, const dsr1_model_options
     if (!m) return dsr1_errorf(err, DSR1_ENOMEM, "%s: out of memory", path);
     if (opt) {
         m->compute = opt->compute;
+        m->kv_fp8 = opt->kv_fp8;
         m->threads = opt->threads;
         m->progress = opt->progress;
         m->progress_ctx = opt->progress_ctx;
@@ -444,23 +447,52 @@ static uint64_t mat_bytes(const dsr1_mw *w)
     return dsr1_type_payload_size(w->d.mat.type, 2, dims) * (uint64_t)w->d.count;
 }
 
+/* Bytes one layer reads for one token: everything but the routed experts,
+ * plus num_experts_per_tok of those (that part also in *routed). */
+static uint64_t layer_bytes(const dsr1_config *c, const dsr1_layer_weights *L, uint64_t *routed)
+{
+    uint64_t b = mat_bytes(&L->q_a) + mat_bytes(&L->q_b) + mat_bytes(&L->q) + mat_bytes(&L->kv_a) +
+                 mat_bytes(&L->o) + mat_bytes(&L->wk_t) + mat_bytes(&L->wv) +
+                 mat_bytes(&L->eh_proj);
+    *routed = 0;
+    if (!L->is_moe) return b + mat_bytes(&L->gate) + mat_bytes(&L->up) + mat_bytes(&L->down);
+    uint64_t per = (mat_bytes(&L->e_gate) + mat_bytes(&L->e_up) + mat_bytes(&L->e_down)) /
+                   (uint64_t)c->n_routed_experts;
+    *routed = per * (uint64_t)c->num_experts_per_tok;
+    b += mat_bytes(&L->router) + *routed;
+    if (c->n_shared_experts > 0)
+        b += mat_bytes(&L->sh_gate) + mat_bytes(&L->sh_up) + mat_bytes(&L->sh_down);
+    return b;
+}
+
 uint64_t dsr1_model_active_weight_bytes(const dsr1_model *m)
 {
     const dsr1_config *c = &m->cfg;
-    uint64_t b = mat_bytes(&m->lm_head);
-    for (int l = 0; l < c->num_hidden_layers; l++) {
-        const dsr1_layer_weights *L = &m->layers[l];
-        b += mat_bytes(&L->q_a) + mat_bytes(&L->q_b) + mat_bytes(&L->q) + mat_bytes(&L->kv_a) +
-             mat_bytes(&L->o) + mat_bytes(&L->wk_t) + mat_bytes(&L->wv);
-        if (!L->is_moe) {
-            b += mat_bytes(&L->gate) + mat_bytes(&L->up) + mat_bytes(&L->down);
-            continue;
-        }
-        uint64_t per = (mat_bytes(&L->e_gate) + mat_bytes(&L->e_up) + mat_bytes(&L->e_down)) /
-                       (uint64_t)c->n_routed_experts;
-        b += mat_bytes(&L->router) + per * (uint64_t)c->num_experts_per_tok;
-        if (c->n_shared_experts > 0)
-            b += mat_bytes(&L->sh_gate) + mat_bytes(&L->sh_up) + mat_bytes(&L->sh_down);
-    }
+    uint64_t b = mat_bytes(&m->lm_head), routed;
+    for (int l = 0; l < c->num_hidden_layers; l++) b += layer_bytes(c, &m->layers[l], &routed);
     return b;
+}
+
+/* A verify row beyond the first shares every weight read except its own
+ * routed experts; an MTP draft reads the MTP layer and a vocabulary head.
+ * Both in bytes relative to a decode step's, with ROW_FLOOR for the
+ * arithmetic that bytes do not count (attention, the head's dot products:
+ * measurable on small models, where the extra rows' share is ~0). */
+#define ROW_FLOOR 0.05f
+void dsr1_model_spec_costs(const dsr1_model *m, float *row, float *draft)
+{
+    const dsr1_config *c = &m->cfg;
+    uint64_t step = mat_bytes(&m->lm_head), routed = 0, r;
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        step += layer_bytes(c, &m->layers[l], &r);
+        routed += r;
+    }
+    uint64_t mtp = 0;
+    for (int l = c->num_hidden_layers; l < m->n_layers; l++) {
+        const dsr1_layer_weights *L = &m->layers[l];
+        mtp += layer_bytes(c, L, &r) + (L->head.d.mat.data ? mat_bytes(&L->head) : mat_bytes(&m->lm_head));
+    }
+    *row = step ? (float)((double)routed / (double)step) : 1.0f;
+    if (*row < ROW_FLOOR) *row = ROW_FLOOR;
+    *draft = step ? (float)((double)mtp / (double)step) : 1.0f;
 }

@@ -61,6 +61,7 @@ struct dsr1_model {
     dsr1_file *file;            /* owned: the mapping every pointer is into */
     dsr1_config cfg;
     dsr1_compute compute;
+    int kv_fp8;                 /* dsr1_model_options.kv_fp8 */
     dsr1_tokenizer *tok;        /* owned or NULL */
     char *chat_template;        /* owned or NULL */
     const dsr1_backend_ops *be;
@@ -110,7 +111,7 @@ static inline dsr1_act dsr1_model_act(const dsr1_model *m)
 /* The KV type a compute mode uses unless told otherwise. */
 static inline dsr1_kv_type dsr1_model_kv_type(const dsr1_model *m)
 {
-    return m->compute == DSR1_COMPUTE_F32 ? DSR1_KV_F32 : DSR1_KV_BF16;
+    return m->compute == DSR1_COMPUTE_F32 ? DSR1_KV_F32 : m->kv_fp8 ? DSR1_KV_FP8 : DSR1_KV_BF16;
 }
 
 #endif

@@ -11,14 +11,17 @@
  * sequence is distributed as plain sampling from the main model.
  *
  * The policy (EAGLE-2 prunes its draft tree the same way, by the draft's own
- * confidence): a draft is worth a verify row when the chance that it and all
- * drafts before it are accepted exceeds what the row costs, relative to a
- * decode step. On a memory-bound CPU an extra verify row of an MoE model
- * reads the weights of its own experts: for R1 (8 of 256 experts per token)
- * each extra row adds about half a decode step of weight reads, plus the
- * MTP draft itself (~5% of a step: one layer and the vocabulary head); dsr1
- * bench --spec measures it (see MIN_CHAIN). For the same reason there are no
- * tree drafts: every branch is another verify row with its own experts.
+ * confidence): a draft is worth making when the chance that it and all
+ * drafts before it are accepted exceeds what it costs, relative to a decode
+ * step: its MTP forward and its verify row (dsr1_spec_costs). On a
+ * memory-bound CPU an extra verify row of an MoE model reads the weights of
+ * its own experts: for R1 (8 of 256 experts per token) each extra row adds
+ * about half a decode step of weight reads, the MTP draft ~7% (one layer of
+ * 62 and the vocabulary head). On a small model the vocabulary head is
+ * most of a step, so a draft (which runs the head again) costs nearly a
+ * decode step and cannot pay at any acceptance: measured on models/tiny-r1,
+ * fixed drafts decode at 0.8x plain. For the same reason there are no tree
+ * drafts: every branch is another verify row with its own experts.
  */
 #include "spec.h"
 
@@ -31,14 +34,6 @@
 #define ALPHA 0.25f
 /* Drift towards the prior per step without drafts. */
 #define DRIFT 0.05f
-/* Keep drafting while P(every draft so far accepted) stays above this: the
- * cost of one more verify row relative to a decode step. Measured with
- * dsr1 bench --spec on the r1-shape synthetic model (batch 1, 2 cores): a
- * verify of 2, 3, 4, 5 tokens cost 1.05, 1.10, 1.50, 2.30 decode steps plus
- * ~0.5 step of drafting per MTP token there (its MTP layer is 1 of 4
- * layers, in R1 1 of 62); the R1 estimate from weight bytes is ~0.55 step
- * per extra row. Below that a draft is expected to lose time. */
-#define MIN_CHAIN 0.55f
 /* Longest sit-out after failed attempts: a sequence whose drafts never work
  * still probes every 32 steps, at 1/32 of a draft head's cost per step. */
 #define MAX_BACKOFF 32
@@ -74,11 +69,13 @@ void dsr1_spec_track_update(dsr1_spec_track *t, int drafted, int accepted)
 
 void dsr1_spec_track_declined(dsr1_spec_track *t) { back_off(t); }
 
-int dsr1_spec_try(dsr1_spec_track *t)
+int dsr1_spec_try(dsr1_spec_track *t, const dsr1_spec_costs *c)
 {
-    if (t->wait <= 0) return 1;
-    t->wait--;
-    return 0;
+    if (t->wait > 0) {
+        t->wait--;
+        return 0;
+    }
+    return t->ema >= c->row + c->draft;
 }
 
 float dsr1_spec_confidence(const float *logits, int vocab)
@@ -93,11 +90,16 @@ float dsr1_spec_confidence(const float *logits, int vocab)
     return (float)(1.0 / sum);
 }
 
-int dsr1_spec_keep(const dsr1_spec_track *t, float conf, float *chain)
+int dsr1_spec_keep(const dsr1_spec_track *t, float conf, float *chain, const dsr1_spec_costs *c)
 {
     float est = sqrtf(fmaxf(conf, 0) * fmaxf(t->ema, 0));
     *chain *= est;
-    return *chain >= MIN_CHAIN;
+    return *chain >= c->row;
+}
+
+int dsr1_spec_more(const dsr1_spec_track *t, float chain, const dsr1_spec_costs *c)
+{
+    return chain * t->ema >= c->row + c->draft;
 }
 
 int dsr1_spec_accept(const float *p, const float *q, int32_t x, dsr1_rng *rng)

@@ -32,6 +32,13 @@ typedef struct dsr1_spec_track {
     int wait;    /* steps still to sit out */
 } dsr1_spec_track;
 
+/* What drafting costs, in decode steps (dsr1_model_spec_costs estimates
+ * them from the weights read): one more row in the verify batch, and one
+ * MTP forward to a draft (its layer and its vocabulary head). */
+typedef struct dsr1_spec_costs {
+    float row, draft;
+} dsr1_spec_costs;
+
 void dsr1_spec_track_init(dsr1_spec_track *t);
 /* After a verify of `drafted` drafts of which the first `accepted` were
  * taken: each accepted draft counts as a success and the first rejected one
@@ -41,14 +48,17 @@ void dsr1_spec_track_init(dsr1_spec_track *t);
 void dsr1_spec_track_update(dsr1_spec_track *t, int drafted, int accepted);
 
 /* Adaptive mode, once per step before drafting: whether to compute draft
- * logits at all (the MTP's vocabulary head is most of a draft's cost). An
+ * logits at all. Only when the expected acceptance of a first draft (the
+ * moving average) pays for the draft and its verify row; on a model whose
+ * MTP head costs about a decode step (small models, where the vocabulary
+ * head dominates) that never happens and the mode decodes plainly. An
  * attempt that gains nothing (no draft confident enough, or the first draft
  * rejected while the average acceptance is low) makes the sequence sit out
  * 1, 2, 4, .. 32 steps before the next; an accepted draft ends the
  * back-off. While a sequence sits out the engine skips the MTP layer's KV
  * catch-up and does it in one batch when the sequence tries again
  * (DSR1_SPEC_MAX_LAG). */
-int dsr1_spec_try(dsr1_spec_track *t);
+int dsr1_spec_try(dsr1_spec_track *t, const dsr1_spec_costs *c);
 /* An attempt made no draft (the first was not confident enough). */
 void dsr1_spec_track_declined(dsr1_spec_track *t);
 
@@ -56,11 +66,15 @@ void dsr1_spec_track_declined(dsr1_spec_track *t);
  * temperature 1 (NaN counts as -inf; 0 when every logit is -inf). */
 float dsr1_spec_confidence(const float *logits, int vocab);
 
-/* Adaptive policy, asked once per draft position: keep drafting when the
- * estimated chance that this draft and every earlier one is accepted
- * (*chain, start it at 1; updated here) still pays for one more verify row.
- * The estimate of one draft is sqrt(confidence * ema): both must be good. */
-int dsr1_spec_keep(const dsr1_spec_track *t, float conf, float *chain);
+/* Adaptive policy, asked once per draft position with the draft in hand
+ * (its MTP forward already paid): keep it when the estimated chance that
+ * this draft and every earlier one is accepted (*chain, start it at 1;
+ * updated here) pays for its verify row. The estimate of one draft is
+ * sqrt(confidence * ema): both must be good. */
+int dsr1_spec_keep(const dsr1_spec_track *t, float conf, float *chain, const dsr1_spec_costs *c);
+/* After a kept draft: whether the next one is worth its MTP forward and
+ * its verify row, expecting it accepted at the moving average. */
+int dsr1_spec_more(const dsr1_spec_track *t, float chain, const dsr1_spec_costs *c);
 
 /* Lossless acceptance of draft x, drawn from q, against the target p (both
  * dense distributions over the vocabulary): accept with probability

@@ -30,7 +30,7 @@ int tbe_open(tbe *b, const char *name, int threads, const dsr1_ws_sizes *s, dsr1
 {
     memset(b, 0, sizeof *b);
     DSR1_TRY(dsr1_backend_find(name, &b->be, NULL, 0, err));
-    dsr1_backend_options o = {.threads = threads};
+    dsr1_backend_options o = {.threads = threads, .deterministic = 1}; /* the invariance checks */
     DSR1_TRY(b->be->create(&o, &b->dev, err));
     return b->be->ws_create(b->dev, s, &b->ws, err);
 }

@@ -40,7 +40,8 @@ static dsr1_model *open_tiny(dsr1_test_ctx *t, dsr1_compute c)
     }
     dsr1_model *m = NULL;
     dsr1_error err;
-    dsr1_model_options o = {.compute = c, .threads = 2, .backend = dsr1_test_backend()};
+    dsr1_model_options o = {.compute = c, .threads = 2, .backend = dsr1_test_backend(),
+                            .deterministic = 1}; /* bit-exact batch invariance */
     CHECK_OK(dsr1_model_open(&m, path, &o, &err), &err);
     return m;
 }

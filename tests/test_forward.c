@@ -369,7 +369,8 @@ static int tiny_open(dsr1_test_ctx *t, tiny_run *r, dsr1_compute compute, int th
         dsr1_test_skip(t, "backend %s: %s", dsr1_test_backend(), why);
         return -1;
     }
-    dsr1_model_options o = {.compute = compute, .threads = threads, .backend = dsr1_test_backend()};
+    dsr1_model_options o = {.compute = compute, .threads = threads, .backend = dsr1_test_backend(),
+                            .deterministic = 1};
     CHECK_OK(dsr1_model_open(&r->m, path, &o, &r->err), &r->err);
     if (!r->m) return -1;
     dsr1_kvcache_options ko = {.type = dsr1_model_kv_type(r->m), .n_layers = r->m->n_layers,

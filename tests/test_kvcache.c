@@ -26,7 +26,7 @@ static dsr1_kvcache *make(dsr1_test_ctx *t, pages *pg, dsr1_kv_type type, int se
                           uint64_t bytes)
 {
     dsr1_error err;
-    dsr1_backend_options bo = {.threads = 1};
+    dsr1_backend_options bo = {.threads = 1, .deterministic = 1};
     pg->dev = NULL;
     CHECK_OK(dsr1_backend_find(dsr1_test_backend(), &pg->be, NULL, 0, &err), &err);
     if (!pg->be) return NULL;

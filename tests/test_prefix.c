@@ -22,7 +22,7 @@ const char *dsr1_test_tiny_model(void);
  * storage is the test backend's device *dev (destroy it after). */
 static dsr1_kvcache *small_cache(int pages, const dsr1_backend_ops **be, void **dev)
 {
-    dsr1_backend_options bo = {.threads = 1};
+    dsr1_backend_options bo = {.threads = 1, .deterministic = 1};
     *dev = NULL;
     if (dsr1_backend_find(dsr1_test_backend(), be, NULL, 0, NULL) || !*be ||
         (*be)->create(&bo, dev, NULL))
@@ -127,6 +127,8 @@ static dsr1_engine *engine_chunk(dsr1_test_ctx *t, dsr1_model *m, int prefix, in
     o.ctx = 512;
     o.prefill_chunk = chunk;
     o.spec_draft = spec;
+    o.spec_row_cost = 0.55f; /* adaptive at R1's costs, as test_spec.c */
+    o.spec_draft_cost = 0;
     o.prefix_cache = prefix;
     o.kv_bytes = kv_bytes;
     dsr1_engine *e = NULL;
@@ -196,7 +198,7 @@ DSR1_TEST(prefix_engine_exact)
     if (!path) DSR1_SKIP("tiny fixture could not be converted");
     dsr1_model *m = NULL;
     dsr1_error err;
-    dsr1_model_options mo = {.threads = 2};
+    dsr1_model_options mo = {.threads = 2, .deterministic = 1};
     CHECK_OK(dsr1_model_open(&m, path, &mo, &err), &err);
     if (!m) return;
     int V = dsr1_model_config(m)->vocab_size;
@@ -238,7 +240,7 @@ DSR1_TEST(prefix_engine_together_and_evict)
     if (!path) DSR1_SKIP("tiny fixture could not be converted");
     dsr1_model *m = NULL;
     dsr1_error err;
-    dsr1_model_options mo = {.threads = 2};
+    dsr1_model_options mo = {.threads = 2, .deterministic = 1};
     CHECK_OK(dsr1_model_open(&m, path, &mo, &err), &err);
     if (!m) return;
     int V = dsr1_model_config(m)->vocab_size;

@@ -65,7 +65,8 @@ dsr1_model *dsr1_test_spec_open(dsr1_test_ctx *t, const char *path, dsr1_compute
     }
     dsr1_model *m = NULL;
     dsr1_error err;
-    dsr1_model_options o = {.compute = c, .threads = 2, .backend = dsr1_test_backend()};
+    dsr1_model_options o = {.compute = c, .threads = 2, .backend = dsr1_test_backend(),
+                            .deterministic = 1}; /* bit-exact batch invariance */
     CHECK_OK(dsr1_model_open(&m, path, &o, &err), &err);
     return m;
 }
@@ -105,6 +106,11 @@ dsr1_engine *dsr1_test_spec_engine(dsr1_test_ctx *t, dsr1_model *m, int spec, in
     o.ctx = ctx;
     o.prefill_chunk = 64;
     o.spec_draft = spec;
+    /* The adaptive policy at R1's costs (a verify row about half a step,
+     * drafts nearly free): on this tiny model's own, vocabulary-head
+     * dominated costs it would never draft (spec_adaptive_costs). */
+    o.spec_row_cost = 0.55f;
+    o.spec_draft_cost = 0;
     dsr1_engine *e = NULL;
     dsr1_error err;
     CHECK_OK(dsr1_engine_create(&e, m, &o, &err), &err);
@@ -499,6 +505,44 @@ DSR1_TEST(spec_adaptive_backoff_skips_mtp)
     if (kv) CHECK(rows_equal(e->kv, s->slot, kv, 0, m->cfg.num_hidden_layers, s->n_mtp));
     dsr1_kvcache_free(kv);
     dsr1_engine_free(e);
+    dsr1_model_close(m);
+}
+
+/* The adaptive mode at the model's own costs: on the tiny model the MTP
+ * layer is one of three and runs the vocabulary head again, over half a
+ * decode step, and its experts are a third of a step's bytes, so a draft
+ * would have to be accepted 90% of the time from the start: the mode decodes
+ * plainly (same tokens, no drafts) where fixed drafts still draft. */
+DSR1_TEST(spec_adaptive_costs)
+{
+    dsr1_model *m = dsr1_test_spec_open(t, dsr1_test_tiny_model(), DSR1_COMPUTE_FAST);
+    if (!m) return;
+    float row, draft;
+    dsr1_model_spec_costs(m, &row, &draft);
+    CHECKF(draft > 0.4f && draft < 1.5f && row >= 0.05f && row < 0.5f && row + draft > 0.7f,
+           "row %.3f draft %.3f", row, draft);
+    out_seq plain, ad, k2;
+    run_alone(t, m, 0, p0, 8, 24, &plain);
+    dsr1_engine_options o;
+    dsr1_engine_options_default(&o);
+    o.max_seqs = 2;
+    o.ctx = 96;
+    dsr1_engine *e = NULL;
+    dsr1_error err;
+    CHECK_OK(dsr1_engine_create(&e, m, &o, &err), &err);
+    if (e) {
+        out_seq all[16];
+        memset(all, 0, sizeof all);
+        int s = submit(e, p0, 8, 24, 0, 0);
+        drain(t, e, all, 16);
+        ad = all[s >= 0 && s < 16 ? s : 0];
+        CHECK(same(&plain, &ad));
+        CHECK(ad.st.spec_steps > 0);
+        CHECK_EQ_INT(ad.st.spec_drafted, 0);
+        dsr1_engine_free(e);
+    }
+    run_alone(t, m, 2, p0, 8, 24, &k2);
+    CHECK(same(&plain, &k2) && k2.st.spec_drafted > 0);
     dsr1_model_close(m);
 }
 

@@ -49,13 +49,14 @@ DSR1_TEST(spec_confidence_and_policy)
     CHECK_NEAR(dsr1_spec_confidence(l3, 2), 0.0, 0);
     dsr1_spec_track tr;
     dsr1_spec_track_init(&tr);
+    dsr1_spec_costs c = {.row = 0.55f, .draft = 0.05f}; /* about R1's */
     float chain = 1;
-    CHECK(dsr1_spec_keep(&tr, 0.99f, &chain));    /* confident draft, good record */
-    CHECK(!dsr1_spec_keep(&tr, 0.05f, &chain));   /* unsure: stop */
+    CHECK(dsr1_spec_keep(&tr, 0.99f, &chain, &c));    /* confident draft, good record */
+    CHECK(!dsr1_spec_keep(&tr, 0.05f, &chain, &c));   /* unsure: stop */
     for (int i = 0; i < 20; i++) dsr1_spec_track_update(&tr, 3, 0);
     CHECK(tr.ema < 0.01f);
     chain = 1;
-    CHECK(!dsr1_spec_keep(&tr, 0.99f, &chain));   /* drafts keep failing: stop */
+    CHECK(!dsr1_spec_keep(&tr, 0.99f, &chain, &c));   /* drafts keep failing: stop */
     float low = tr.ema;
     for (int i = 0; i < 40; i++) dsr1_spec_track_update(&tr, 0, 0);
     CHECK(tr.ema > low + 0.3f);                  /* without drafts it recovers */
@@ -63,11 +64,34 @@ DSR1_TEST(spec_confidence_and_policy)
     CHECK(tr.ema > 0.99f);
 }
 
+/* The costs in the policy: a draft is made only when its expected
+ * acceptance pays for its MTP forward and its verify row. */
+DSR1_TEST(spec_policy_costs)
+{
+    dsr1_spec_track tr;
+    dsr1_spec_track_init(&tr); /* ema at the prior, 0.7 */
+    dsr1_spec_costs r1 = {.row = 0.55f, .draft = 0.07f}, small = {.row = 0.05f, .draft = 0.9f};
+    CHECK(dsr1_spec_try(&tr, &r1));
+    CHECK(!dsr1_spec_try(&tr, &small)); /* a draft costing 0.95 step: never at 0.7 */
+    for (int i = 0; i < 20; i++) dsr1_spec_track_update(&tr, 0, 0); /* drift holds it at 0.7 */
+    CHECK(!dsr1_spec_try(&tr, &small));
+    for (int i = 0; i < 20; i++) dsr1_spec_track_update(&tr, 2, 2); /* even at ~1.0 */
+    CHECK(dsr1_spec_try(&tr, &small) == (tr.ema >= 0.95f));
+    /* a kept draft needs only its row (its forward is paid), the next one
+     * both: with the record at ~1, chains of 0.9 and 0.6 */
+    float chain = 1;
+    CHECK(dsr1_spec_keep(&tr, 0.81f, &chain, &r1) && chain > 0.89f && chain < 0.91f);
+    CHECK(dsr1_spec_more(&tr, chain, &r1));
+    CHECK(!dsr1_spec_more(&tr, 0.6f, &r1));
+    CHECK(dsr1_spec_keep(&tr, 0.36f, &chain, &r1) == (chain >= 0.55f));
+}
+
 /* Steps a track sits out before its next attempt. */
 static int sits_out(dsr1_spec_track *tr)
 {
+    dsr1_spec_costs free_drafts = {0, 0};
     int n = 0;
-    while (!dsr1_spec_try(tr) && n < 100) n++;
+    while (!dsr1_spec_try(tr, &free_drafts) && n < 100) n++;
     return n;
 }
 

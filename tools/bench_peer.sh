@@ -122,10 +122,16 @@ run_dsr1() { # file -> "pp tg"
 run_llama() { # bindir gguf extra... -> "pp tg"
     bin=$1 g=$2
     shift 2
-    "$bin/llama-bench" -m "$g" -p "$PP" -n "$TG" -t "$THREADS" -r 1 -o csv "$@" 2>/dev/null | awk -F, '
-        NR == 1 { for (i = 1; i <= NF; i++) { h = $i; gsub(/"/, "", h); col[h] = i } next }
-        { gsub(/"/, ""); if ($col["n_prompt"] > 0) pp = $col["avg_ts"]; else tg = $col["avg_ts"] }
-        END { if (pp == "" || tg == "") exit 1; print pp, tg }'
+    # a real CSV reader: ik_llama.cpp's rows hold quoted fields with commas
+    "$bin/llama-bench" -m "$g" -p "$PP" -n "$TG" -t "$THREADS" -r 1 -o csv "$@" 2>/dev/null |
+        "$PY" -c '
+import csv, sys
+pp = tg = None
+for r in csv.DictReader(sys.stdin):
+    if int(r["n_prompt"]) > 0: pp = r["avg_ts"]
+    else: tg = r["avg_ts"]
+if pp is None or tg is None: sys.exit(1)
+print(pp, tg)'
 }
 median() { sort -g | awk '{ v[NR] = $1 } END { if (!NR) { print "-"; exit } print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 col() { awk -v e="$1" -v t="$2" -v k="$3" '$1 == e && $2 == t { print $k }' "$RUNS" | median |

@@ -2,7 +2,7 @@
 # deps.sh - make sure the Debian packages dsr1 builds against are installed.
 # As root it installs what is missing with apt-get; otherwise it prints the
 # exact command to run and fails. Called by `make` before building.
-PKGS="build-essential pkg-config libcjson-dev libzstd-dev libcurl4-openssl-dev libssl-dev libnuma-dev libedit-dev zstd tmux python3-jinja2 python3-numpy cmake" # numpy: the GGUF writer test; cmake: make bench-peer
+PKGS="build-essential pkg-config libcjson-dev libzstd-dev libcurl4-openssl-dev libssl-dev libdnnl-dev libnuma-dev libedit-dev zstd tmux python3-jinja2 python3-numpy cmake" # numpy: the GGUF writer test; cmake: make bench-peer
 # `deps.sh fuzz` (run by `make fuzz`): clang and its libFuzzer runtime, on
 # top of the above. `make test` never needs them (it replays the corpora
 # with the normal compiler).

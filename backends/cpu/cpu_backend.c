@@ -18,7 +18,10 @@
  * that depends only on that token (matmul's contract, attention products
  * whose extra columns are exact zeros, per-token expert combination in
  * routing order), so a token's result is the same alone or batched, with
- * any thread count.
+ * any thread count. That holds always with `deterministic` set; in the
+ * fast mode (the default) matmuls of DSR1_CPU_DNNL_MIN_N tokens or more go
+ * through oneDNN (matmul_dnnl.c), whose results depend on the batch shape
+ * within bf16 rounding.
  */
 #include <math.h>
 #include <stdio.h>
@@ -29,6 +32,8 @@
 #include "matmul_impl.h" /* dsr1_mm_avx512_usable: the variant named at start */
 
 /* ---- device and workspace ---------------------------------------------------- */
+
+static void cpu_destroy(void *dev);
 
 static int cpu_probe(char *why, size_t n)
 {
@@ -46,10 +51,14 @@ static int cpu_create(const dsr1_backend_options *o, void **out, dsr1_error *err
         free(d);
         return rc;
     }
-    /* The kernel variant is named so a slow fallback is never silent. */
-    snprintf(d->desc, sizeof d->desc, "cpu (%s kernels, %d threads)",
-             dsr1_mm_avx512_usable() ? "avx512-bf16-vnni" : "portable",
-             dsr1_pool_size(d->pool));
+    if ((rc = dsr1_cpu_numa_create(d, o ? o->numa_nodes : 0, err))) {
+        cpu_destroy(d);
+        return rc;
+    }
+    d->fast_gemm = !(o && o->deterministic) && dsr1_dnnl_usable();
+    d->mode = d->fast_gemm ? (dsr1_dnnl_has_amx() ? "fast: onednn amx prefill"
+                                                  : "fast: onednn avx512-bf16 prefill")
+              : o && o->deterministic ? "deterministic" : "fast: no onednn bf16 kernels here";
     *out = d;
     return 0;
 }
@@ -61,8 +70,10 @@ static void cpu_destroy(void *dev)
     while (d->weights) {
         struct dsr1_bweight *w = d->weights;
         d->weights = w->next;
+        free(w->node);
         free(w);
     }
+    dsr1_cpu_numa_destroy(d);
     dsr1_pool_free(d->pool);
     free(d);
 }
@@ -80,9 +91,11 @@ static int cpu_load(void *dev, const dsr1_wdesc *d, dsr1_placement where, dsr1_b
     struct dsr1_bweight *w = malloc(sizeof *w + (size_t)d->count * sizeof(dsr1_wmat));
     if (!w) return dsr1_errorf(err, DSR1_ENOMEM, "cpu backend: out of memory");
     w->count = d->count;
+    w->node = NULL;
     for (int64_t i = 0; i < d->count; i++) w->m[i] = dsr1_wdesc_mat(d, i);
     w->next = cd->weights;
     cd->weights = w;
+    DSR1_TRY(dsr1_cpu_numa_load(cd, d, w, err));
     *out = w;
     return 0;
 }
@@ -103,13 +116,26 @@ static void cpu_buf_free(void *dev, dsr1_bbuf *b)
     free(b);
 }
 
-static const char *cpu_describe(void *dev) { return ((cpu_dev *)dev)->desc; }
+/* Built when asked: the NUMA part reports pages placed by the loads. The
+ * kernel variant and the mode are named so neither is silent. */
+static const char *cpu_describe(void *dev)
+{
+    cpu_dev *d = dev;
+    char numa[sizeof d->desc];
+    dsr1_cpu_numa_describe(d, numa, sizeof numa);
+    snprintf(d->desc, sizeof d->desc, "cpu (%s kernels, %d threads, %s%s%s)",
+             dsr1_mm_avx512_usable() ? "avx512-bf16-vnni" : "portable", dsr1_pool_size(d->pool),
+             d->mode, d->topo ? ", " : "", d->topo ? numa : "");
+    return d->desc;
+}
 
 static void cpu_ws_free(void *wsp)
 {
     cpu_ws *w = wsp;
     if (!w) return;
     dsr1_pool_free(w->own_pool);
+    dsr1_cpu_numa_ws_free(w);
+    dsr1_dnnl_free(w->dnnl);
     for (int i = 0; i < w->n_hpools; i++) dsr1_pool_free(w->hpool[i]);
     free(w->hpool);
     float *fs[] = {w->qcat, w->olat, w->scores, w->ha, w->hb, w->router, w->ew,
@@ -211,8 +237,14 @@ static int cpu_ws_create(void *dev, const dsr1_ws_sizes *s, void **out, dsr1_err
     w->sh = malloc(T * D * 4);
     w->route_scratch = malloc((3 * E + 1) * 4);
     int rc = alloc_attention(w);
+    int drc = !rc && w->dev->fast_gemm ? dsr1_dnnl_create(&w->dnnl, err) : 0;
+    if (drc) {
+        cpu_ws_free(w);
+        return drc;
+    }
     if (!rc) rc = alloc_hpools(w, dsr1_pool_size(w->dev->pool));
     if (!rc) rc = dsr1_pool_reserve(w->dev->pool, pool_need(w), NULL);
+    if (!rc) rc = dsr1_cpu_numa_ws(w);
     if (rc || !w->ha || !w->hb || !w->router || !w->eidx || !w->ew || !w->order || !w->count ||
         !w->first || !w->xg || !w->yg || !w->slots || !w->sh || !w->route_scratch) {
         cpu_ws_free(w);
@@ -332,10 +364,30 @@ static void cpu_rmsnorm(void *ws, dsr1_view xv, const dsr1_bweight *wt, int dim,
     }
 }
 
+/* Whether the fast mode sends this matmul to oneDNN: FP8 weights only,
+ * n >= DSR1_CPU_DNNL_MIN_N, never in the exact F32 mode. Measured on Zen 4
+ * (README, "Fast and deterministic mode"): oneDNN won for FP8 from 128
+ * tokens; for BF16 weights it lost or tied (0.54-0.99 of our speed) and
+ * INT8's W8A8 kernel beat it; INT4 was not measured, so it stays ours. */
+static int take_dnnl(const cpu_ws *w, const dsr1_wmat *m, int n, dsr1_act act)
+{
+    return w->dnnl && n >= DSR1_CPU_DNNL_MIN_N && act != DSR1_ACT_F32 &&
+           m->type == DSR1_T_FP8_E4M3;
+}
+
+void dsr1_cpu_matmul(cpu_ws *w, const dsr1_wmat *m, const float *x, int64_t ldx, float *y,
+                     int64_t ldy, int n, dsr1_act act)
+{
+    /* A refusal (no fast kernel for the shape, out of memory) leaves y to
+     * our kernels, in the same bf16 precision. */
+    if (take_dnnl(w, m, n, act) && dsr1_dnnl_matmul(w->dnnl, dsr1_cpu_pool(w), m, x, ldx, y, ldy, n) == 0)
+        return;
+    dsr1_matmul(dsr1_cpu_pool(w), m, x, ldx, y, ldy, n, act);
+}
+
 static void cpu_matmul(void *ws, const dsr1_bweight *w, dsr1_view x, dsr1_view y, int n, dsr1_act act)
 {
-    dsr1_matmul(dsr1_cpu_pool(ws), dsr1_cpu_mat(w, 0), dsr1_cpu_ptr(x), x.ld, dsr1_cpu_ptr(y), y.ld,
-                n, act);
+    dsr1_cpu_matmul(ws, dsr1_cpu_mat(w, 0), dsr1_cpu_ptr(x), x.ld, dsr1_cpu_ptr(y), y.ld, n, act);
 }
 
 static void cpu_rope(void *wsp, dsr1_view xv, int heads, int64_t hstride, int rope_dim,
@@ -366,20 +418,41 @@ static void cpu_rope(void *wsp, dsr1_view xv, int heads, int64_t hstride, int ro
 
 static float silu(float x) { return x / (1.0f + expf(-x)); }
 
-void dsr1_cpu_gated_mlp(cpu_ws *w, const dsr1_wmat *gate, const dsr1_wmat *up, const dsr1_wmat *down,
-                      const float *x, int64_t ldx, int n, float *y, int64_t ldy, dsr1_act act)
+/* gate/up with silu into ha (hb scratch) on pool p, our kernels. */
+static void gate_up_on(dsr1_pool *p, float *ha, float *hb, const dsr1_wmat *gate,
+                       const dsr1_wmat *up, const float *x, int64_t ldx, int n, dsr1_act act)
 {
-    dsr1_pool *p = dsr1_cpu_pool(w);
     int64_t I = gate->rows;
     if (gate->type == up->type) {
         /* one pool run and one preparation of x for both halves */
-        dsr1_ffn_gate_up(p, gate, up, x, ldx, w->ha, I, n, act);
+        dsr1_ffn_gate_up(p, gate, up, x, ldx, ha, I, n, act);
     } else {
-        dsr1_matmul(p, gate, x, ldx, w->ha, I, n, act);
-        dsr1_matmul(p, up, x, ldx, w->hb, I, n, act);
-        for (size_t i = 0; i < (size_t)n * (size_t)I; i++) w->ha[i] = silu(w->ha[i]) * w->hb[i];
+        dsr1_matmul(p, gate, x, ldx, ha, I, n, act);
+        dsr1_matmul(p, up, x, ldx, hb, I, n, act);
+        for (size_t i = 0; i < (size_t)n * (size_t)I; i++) ha[i] = silu(ha[i]) * hb[i];
     }
-    dsr1_matmul(p, down, w->ha, I, y, ldy, n, act);
+}
+
+void dsr1_cpu_gated_mlp_on(dsr1_pool *p, float *ha, float *hb, const dsr1_wmat *gate,
+                           const dsr1_wmat *up, const dsr1_wmat *down, const float *x,
+                           int64_t ldx, int n, float *y, int64_t ldy, dsr1_act act)
+{
+    gate_up_on(p, ha, hb, gate, up, x, ldx, n, act);
+    dsr1_matmul(p, down, ha, gate->rows, y, ldy, n, act);
+}
+
+void dsr1_cpu_gated_mlp(cpu_ws *w, const dsr1_wmat *gate, const dsr1_wmat *up, const dsr1_wmat *down,
+                      const float *x, int64_t ldx, int n, float *y, int64_t ldy, dsr1_act act)
+{
+    int64_t I = gate->rows;
+    if (take_dnnl(w, gate, n, act) && take_dnnl(w, up, n, act)) {
+        dsr1_cpu_matmul(w, gate, x, ldx, w->ha, I, n, act);
+        dsr1_cpu_matmul(w, up, x, ldx, w->hb, I, n, act);
+        for (size_t i = 0; i < (size_t)n * (size_t)I; i++) w->ha[i] = silu(w->ha[i]) * w->hb[i];
+    } else {
+        gate_up_on(dsr1_cpu_pool(w), w->ha, w->hb, gate, up, x, ldx, n, act);
+    }
+    dsr1_cpu_matmul(w, down, w->ha, I, y, ldy, n, act);
 }
 
 static void cpu_ffn(void *ws, const dsr1_bweight *gate, const dsr1_bweight *up,

@@ -10,12 +10,15 @@
 
 #include "backends/backend.h"
 #include "kernels.h"
+#include "numa.h"
 
 /* A loaded weight: the CPU keeps the mapped bytes and multiplies them in
  * place, so a handle is the matrices' descriptions (one per expert/head). */
 struct dsr1_bweight {
     struct dsr1_bweight *next; /* the device's list, freed at destroy */
     int64_t count;
+    int32_t *node;             /* [count] each expert's NUMA node (an expert
+                                  stack split over nodes), owned; else NULL */
     dsr1_wmat m[];
 };
 
@@ -34,15 +37,36 @@ struct dsr1_bkv {
     float *scale;
 };
 
+/* Fewest tokens a matmul needs before the fast mode sends it through
+ * oneDNN (matmul_dnnl.c): below it our kernels were as fast or faster on
+ * Zen 4 (`dsr1 bench kernels`, see README "Fast and deterministic mode");
+ * MoE experts (about 16 tokens each in a 512-token R1 chunk) stay ours. */
+#define DSR1_CPU_DNNL_MIN_N 128
+
 typedef struct cpu_dev {
     dsr1_pool *pool;
+    int fast_gemm;           /* not deterministic and oneDNN has bf16 kernels */
+    const char *mode;        /* the compute mode, for describe */
     struct dsr1_bweight *weights;
-    char desc[128];
+    char desc[192];
+    /* NUMA (numa.c): all NULL / 0 with one node */
+    dsr1_numa_topo *topo;    /* owned; NULL: one node */
+    dsr1_numa_team *team;    /* drivers of nodes 1..n-1, owned */
+    dsr1_pool *npool[DSR1_NUMA_MAX_NODES]; /* node k's threads, owned */
+    size_t placed, pages;    /* expert pages on their node / moved (>1 real node) */
+    char numa_note[160];     /* the first placement failure, or "" */
 } cpu_dev;
+
+/* One node's MoE buffers (its experts run at once with other nodes'). */
+typedef struct cpu_lane {
+    float *xg, *yg;          /* [T][D] gathered rows and expert output */
+    float *ha, *hb;          /* [T][moe_inter] expert hidden */
+} cpu_lane;
 
 typedef struct cpu_ws {
     cpu_dev *dev;
     dsr1_pool *own_pool;     /* from ws_threads, or NULL: use dev->pool */
+    dsr1_dnnl *dnnl;         /* fast mode: oneDNN primitives and buffers, owned; else NULL */
     dsr1_ws_sizes s;
     dsr1_step step;          /* the current step (step_begin) */
     int in_step;
@@ -67,6 +91,9 @@ typedef struct cpu_ws {
     float *slots;            /* [T*K][D] expert outputs per (token, k) */
     float *sh;               /* [T][D] shared expert output */
     float *route_scratch;    /* [3E] */
+    cpu_lane *lane;          /* [n_lanes] per NUMA node, owned; NULL with one node */
+    int n_lanes;
+    uint64_t numa_runs;      /* MoE calls run node by node (tests check the path ran) */
 } cpu_ws;
 
 /* Bytes per gathered cache value: bf16 stays bf16, f32 and FP8 become f32. */
@@ -94,14 +121,33 @@ static inline size_t dsr1_cpu_kv_row(const dsr1_step *s, int seq, int layer, int
            (size_t)(pos % s->block);
 }
 
+/* y = x W^T: through oneDNN in the fast mode for n >= DSR1_CPU_DNNL_MIN_N
+ * in the BF16/INT8 modes, else (or if oneDNN refuses the shape) dsr1_matmul. */
+void dsr1_cpu_matmul(cpu_ws *w, const dsr1_wmat *m, const float *x, int64_t ldx, float *y,
+                     int64_t ldy, int n, dsr1_act act);
 /* y = down(silu(gate x) * up x) for n rows, through the workspace's ha/hb. */
 void dsr1_cpu_gated_mlp(cpu_ws *w, const dsr1_wmat *gate, const dsr1_wmat *up,
                         const dsr1_wmat *down, const float *x, int64_t ldx, int n, float *y,
                         int64_t ldy, dsr1_act act);
+/* The same on pool p with hidden buffers ha, hb ([n][gate rows] each). */
+void dsr1_cpu_gated_mlp_on(dsr1_pool *p, float *ha, float *hb, const dsr1_wmat *gate,
+                           const dsr1_wmat *up, const dsr1_wmat *down, const float *x,
+                           int64_t ldx, int n, float *y, int64_t ldy, dsr1_act act);
 void dsr1_cpu_mla_attention(void *ws, const dsr1_mla_args *a, dsr1_act act);
 void dsr1_cpu_moe(void *ws, const dsr1_moe_weights *w, const dsr1_moe_params *p, dsr1_view x,
                   int n, dsr1_view y, dsr1_act act);
 void dsr1_cpu_moe_choice(void *ws, int32_t *idx, int n);
+
+/* cpu_numa.c: NUMA state (numa.c has the design); all no-ops with one node */
+int dsr1_cpu_numa_create(cpu_dev *d, int want, dsr1_error *err);
+void dsr1_cpu_numa_destroy(cpu_dev *d);
+int dsr1_cpu_numa_nodes(const cpu_dev *d);
+/* An expert stack: each expert's node, and its pages moved there. */
+int dsr1_cpu_numa_load(cpu_dev *d, const dsr1_wdesc *desc, struct dsr1_bweight *w,
+                       dsr1_error *err);
+void dsr1_cpu_numa_describe(const cpu_dev *d, char *buf, size_t n);
+int dsr1_cpu_numa_ws(cpu_ws *w); /* the lanes; DSR1_ENOMEM */
+void dsr1_cpu_numa_ws_free(cpu_ws *w);
 
 /* cpu_kv.c */
 int dsr1_cpu_kv_create(void *dev, const dsr1_kv_layout *l, dsr1_bkv **out, dsr1_error *err);

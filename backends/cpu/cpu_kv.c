@@ -10,6 +10,10 @@
  *
  * The step's page tables (step_begin) say where a (slot, position) lives;
  * this file never decides which pages a slot gets (core/kvcache.c does).
+ *
+ * NUMA: with more than one real node the pages interleave over the nodes
+ * before first touch (numa.c says why not node-local: every head's thread
+ * reads a sequence's latent rows).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +22,7 @@
 
 int dsr1_cpu_kv_create(void *dev, const dsr1_kv_layout *l, dsr1_bkv **out, dsr1_error *err)
 {
-    (void)dev;
+    const cpu_dev *d = dev;
     *out = NULL;
     dsr1_bkv *kv = calloc(1, sizeof *kv);
     if (!kv) return dsr1_errorf(err, DSR1_ENOMEM, "kv cache: out of memory");
@@ -33,6 +37,10 @@ int dsr1_cpu_kv_create(void *dev, const dsr1_kv_layout *l, dsr1_bkv **out, dsr1_
         uint64_t total = (uint64_t)bytes + (l->type == DSR1_KV_FP8 ? rows * 4 : 0);
         return dsr1_errorf(err, DSR1_ENOMEM, "not enough memory for a KV cache of %.1f GB",
                            (double)total / 1e9);
+    }
+    if (d && d->topo) { /* best effort: placement never changes a result */
+        dsr1_error e;
+        (void)dsr1_numa_interleave(kv->data, bytes, d->topo, &e);
     }
     *out = kv;
     return 0;

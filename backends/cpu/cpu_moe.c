@@ -15,6 +15,13 @@
  * loaded cache) is routed nowhere: its experts are -1 and its output is
  * NaN, which reaches its logits, where the engine fails that sequence
  * alone (backend.h). The other tokens of the batch are untouched.
+ *
+ * NUMA (numa.c): with more than one node, step 2 runs node by node at
+ * once, each node's experts on its own pool and buffers (a lane); the
+ * slots each expert writes are its own, so nodes never write the same
+ * bytes, and the kernels give the same bits on any pool, so the result
+ * is the one-node result. A workspace given its own thread count
+ * (ws_threads) runs on that pool alone, as before.
  */
 #include <math.h>
 #include <string.h>
@@ -38,18 +45,45 @@ static void dispatch(cpu_ws *w, int n, int K, int E)
     }
 }
 
-/* Run expert e on its tokens, writing their slots. */
-static void run_expert(cpu_ws *w, const dsr1_moe_weights *mw, int e, const float *x, int K,
-                       dsr1_act act)
+/* Run expert e on its tokens with pool p and buffers l, writing their slots. */
+static void run_expert(cpu_ws *w, dsr1_pool *p, const cpu_lane *l, const dsr1_moe_weights *mw,
+                       int e, const float *x, int K, dsr1_act act)
 {
     int D = w->s.hidden, cnt = w->first[e + 1] - w->first[e];
     const int32_t *ord = w->order + w->first[e];
     for (int i = 0; i < cnt; i++)
-        memcpy(w->xg + (size_t)i * D, x + (size_t)(ord[i] / K) * D, (size_t)D * sizeof(float));
-    dsr1_cpu_gated_mlp(w, dsr1_cpu_mat(mw->gate, e), dsr1_cpu_mat(mw->up, e),
-                       dsr1_cpu_mat(mw->down, e), w->xg, D, cnt, w->yg, D, act);
+        memcpy(l->xg + (size_t)i * D, x + (size_t)(ord[i] / K) * D, (size_t)D * sizeof(float));
+    dsr1_cpu_gated_mlp_on(p, l->ha, l->hb, dsr1_cpu_mat(mw->gate, e), dsr1_cpu_mat(mw->up, e),
+                          dsr1_cpu_mat(mw->down, e), l->xg, D, cnt, l->yg, D, act);
     for (int i = 0; i < cnt; i++)
-        memcpy(w->slots + (size_t)ord[i] * D, w->yg + (size_t)i * D, (size_t)D * sizeof(float));
+        memcpy(w->slots + (size_t)ord[i] * D, l->yg + (size_t)i * D, (size_t)D * sizeof(float));
+}
+
+typedef struct node_job {
+    cpu_ws *w;
+    const dsr1_moe_weights *mw;
+    const float *x;
+    int K, E;
+    dsr1_act act;
+} node_job;
+
+/* The team's task for node k: its active experts, in expert order. */
+static void run_node(void *ctx, int k)
+{
+    node_job *j = ctx;
+    cpu_ws *w = j->w;
+    const int32_t *node = j->mw->gate->node;
+    for (int e = 0; e < j->E; e++)
+        if (node[e] == k && w->first[e + 1] > w->first[e])
+            run_expert(w, w->dev->npool[k], &w->lane[k], j->mw, e, j->x, j->K, j->act);
+}
+
+/* The nodes' lanes serve this call: one node per lane, and the experts'
+ * map covers the stack (a stack loaded as a matrix has none). */
+static int by_node(const cpu_ws *w, const dsr1_moe_weights *mw, int E)
+{
+    return w->lane && !w->own_pool && w->dev->team && mw->gate->node &&
+           mw->gate->count >= E && w->n_lanes == dsr1_cpu_numa_nodes(w->dev);
 }
 
 void dsr1_cpu_moe(void *wsp, const dsr1_moe_weights *mw, const dsr1_moe_params *p, dsr1_view xv,
@@ -68,8 +102,15 @@ void dsr1_cpu_moe(void *wsp, const dsr1_moe_weights *mw, const dsr1_moe_params *
         (void)dsr1_moe_route(p, w->router + (size_t)t * E, bias, w->eidx + (size_t)t * K,
                              w->ew + (size_t)t * K, w->route_scratch);
     dispatch(w, n, K, E);
-    for (int e = 0; e < E; e++)
-        if (w->first[e + 1] > w->first[e]) run_expert(w, mw, e, x, K, act);
+    if (by_node(w, mw, E)) {
+        node_job j = {w, mw, x, K, E, act};
+        dsr1_numa_team_run(w->dev->team, run_node, &j);
+        w->numa_runs++;
+    } else {
+        cpu_lane l = {w->xg, w->yg, w->ha, w->hb};
+        for (int e = 0; e < E; e++)
+            if (w->first[e + 1] > w->first[e]) run_expert(w, dsr1_cpu_pool(w), &l, mw, e, x, K, act);
+    }
     if (mw->has_shared)
         dsr1_cpu_gated_mlp(w, dsr1_cpu_mat(mw->sh_gate, 0), dsr1_cpu_mat(mw->sh_up, 0),
                            dsr1_cpu_mat(mw->sh_down, 0), x, D, n, w->sh, D, act);

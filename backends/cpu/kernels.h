@@ -28,8 +28,9 @@
  * kernels then spend a table lookup per weight, not a multiply. Every mode gives the same bits on every
  * AVX-512 machine and in the portable kernels (backends/cpu/matmul_impl.h
  * spells out the summation order; the tests compare them bit for bit).
- * No oneDNN: our own kernels are deterministic across n, which its GEMM
- * is not, so every n goes through them.
+ * dsr1_matmul never calls oneDNN: its GEMM is not deterministic across n.
+ * The fast mode's prefill path (dsr1_dnnl_matmul below, matmul_dnnl.c) is a
+ * separate call the backend makes only when not in deterministic mode.
  */
 #ifndef DSR1_CPU_KERNELS_H
 #define DSR1_CPU_KERNELS_H
@@ -47,6 +48,10 @@ typedef struct dsr1_pool dsr1_pool;
 /* nthreads <= 0: one per available core. Threads are pinned to cores
  * (and NUMA nodes) when the affinity call is allowed. */
 int dsr1_pool_create(dsr1_pool **out, int nthreads, dsr1_error *err);
+/* The same on a given CPU list (a NUMA node's): worker i is pinned to
+ * cpus[i] when nthreads <= ncpus, the caller is expected on cpus[0]. */
+int dsr1_pool_create_on(dsr1_pool **out, int nthreads, const int *cpus, int ncpus,
+                        dsr1_error *err);
 void dsr1_pool_free(dsr1_pool *p); /* NULL is a no-op */
 int dsr1_pool_size(const dsr1_pool *p);
 /* Call fn(ctx, task, ntasks) for task = 0..ntasks-1 spread over the pool's
@@ -84,5 +89,31 @@ double dsr1_matmul_peak_gflops(dsr1_pool *p, dsr1_act act);
  * double): what every fast kernel is tested against. */
 void dsr1_matmul_ref(const dsr1_wmat *w, const float *x, int64_t ldx, float *y,
                      int64_t ldy, int n);
+
+/* ---- oneDNN prefill GEMM (matmul_dnnl.c) ----------------------------------- */
+
+/* Output rows per panel: each pool thread dequantises one panel of this
+ * many weight rows to bf16 at a time and runs one oneDNN matmul on it. */
+#define DSR1_DNNL_PANEL 256
+
+typedef struct dsr1_dnnl dsr1_dnnl;
+
+/* Whether oneDNN dispatches bf16 kernels of its own here (AVX-512 BF16 or
+ * AMX): the fast path is pointless without them. Whether it has AMX. */
+int dsr1_dnnl_usable(void);
+int dsr1_dnnl_has_amx(void);
+/* A context: oneDNN engine, per-shape primitive cache, per-thread streams
+ * and buffers. DSR1_EUNSUPPORTED when oneDNN cannot make a CPU engine. */
+int dsr1_dnnl_create(dsr1_dnnl **out, dsr1_error *err);
+void dsr1_dnnl_free(dsr1_dnnl *d); /* NULL is a no-op */
+/* y = x W^T (shapes as dsr1_matmul) with x and W rounded to bf16 and
+ * float32 accumulation in oneDNN, on the pool's threads. Not batch
+ * invariant. Returns 0, or -1 when oneDNN has no fast kernel for the
+ * shape or ran out of memory: then y is unspecified and the caller runs
+ * dsr1_matmul instead. Not thread-safe: one context per workspace. */
+int dsr1_dnnl_matmul(dsr1_dnnl *d, dsr1_pool *p, const dsr1_wmat *w, const float *x,
+                     int64_t ldx, float *y, int64_t ldy, int n);
+/* oneDNN's name for the kernel it chose last ("brg:avx512_core_bf16"). */
+const char *dsr1_dnnl_impl(const dsr1_dnnl *d);
 
 #endif

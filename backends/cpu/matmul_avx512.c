@@ -249,6 +249,11 @@ static void deq_span(const dsr1_wmat *w, int64_t r, int64_t c0, int64_t len, voi
     for (; k < len; k += 32) emit_tail(w, r, c0, k, k + 32 < len ? k + 32 : len, out, bf);
 }
 
+void dsr1_mm_deq_bf16_avx512(const dsr1_wmat *w, int64_t r, int64_t c0, int64_t len, uint16_t *out)
+{
+    deq_span(w, r, c0, len, out, 1);
+}
+
 /* ---- microkernels ------------------------------------------------------------ */
 
 /* out[a][b] = canonical chunk sum of row a of wb with token b of x (f32). */

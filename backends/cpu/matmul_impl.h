@@ -109,6 +109,11 @@ void dsr1_mm_bf16_rows_avx512(const float *x, int64_t ldx, int n, int64_t cols, 
 void dsr1_mm_int8_rows_avx512(const float *x, int64_t ldx, int n, int64_t cols, int8_t *xq,
                               int64_t ldxq, float *xs, int32_t *xsum);
 
+/* Row r, columns [c0, c0+len) of w as the BF16 mode's bf16 weights (FP8:
+ * bf16(e4m3 * block scale)) into out (64-byte aligned, zero padded to a
+ * multiple of 32): the oneDNN path's dequantisation. */
+void dsr1_mm_deq_bf16_avx512(const dsr1_wmat *w, int64_t r, int64_t c0, int64_t len, uint16_t *out);
+
 /* Whether this CPU runs the AVX-512 kernels (F, BW, VL, DQ, BF16, VNNI and
  * the OS saving zmm state). Executes cpuid: cache the answer. */
 int dsr1_mm_avx512_usable(void);

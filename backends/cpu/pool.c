@@ -119,9 +119,15 @@ static int allowed_cpu(int i, int *count)
 
 int dsr1_pool_create(dsr1_pool **out, int nthreads, dsr1_error *err)
 {
+    return dsr1_pool_create_on(out, nthreads, NULL, 0, err);
+}
+
+int dsr1_pool_create_on(dsr1_pool **out, int nthreads, const int *cpus, int ncpus, dsr1_error *err)
+{
     *out = NULL;
     int ncpu = 0;
     (void)allowed_cpu(0, &ncpu);
+    if (cpus) ncpu = ncpus;
     if (nthreads <= 0) nthreads = ncpu > 0 ? ncpu : 1;
     if (nthreads > 1024)
         return dsr1_errorf(err, DSR1_EINVAL, "thread pool: %d threads requested, at most 1024", nthreads);
@@ -137,15 +143,16 @@ int dsr1_pool_create(dsr1_pool **out, int nthreads, dsr1_error *err)
         dsr1_pool_free(p);
         return dsr1_errorf(err, DSR1_ENOMEM, "thread pool: out of memory");
     }
-    /* Workers take CPUs 1..n-1 of the allowed set (the caller is usually on
-     * the first); pinning only when every thread gets its own CPU. */
+    /* Workers take CPUs 1..n-1 of the allowed set, or of `cpus` (the caller
+     * is usually on the first); pinning only when every thread gets its own
+     * CPU. */
     int pin = nthreads <= ncpu;
     for (int i = 1; i < nthreads; i++) {
         worker_arg *wa = malloc(sizeof *wa);
         int dummy;
         if (wa) {
             wa->p = p;
-            wa->cpu = pin ? allowed_cpu(i, &dummy) : -1;
+            wa->cpu = !pin ? -1 : cpus ? cpus[i] : allowed_cpu(i, &dummy);
         }
         if (!wa || pthread_create(&p->threads[i - 1], NULL, worker_main, wa) != 0) {
             free(wa);

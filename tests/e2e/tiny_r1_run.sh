@@ -1,15 +1,15 @@
 #!/bin/sh
 # tiny_r1_run.sh - the trained tiny R1 through `dsr1 run` (greedy) on 4
-# held-out prompts per task family (corpus seed 3; training used seed 1):
-# - FP8 as published, speculative decoding on (adaptive MTP drafts): every
-#   result has the trained shape (reasoning then an answer; the tool turn is
-#   one get_weather call with a {"city": ...} argument, parsed by dsr1), and
-#   MTP drafts are accepted on these trained weights;
-# - the same results, token for token, with --spec-draft 0, -j 1 and -j 16;
-# - INT4, INT8 and BF16 files: the trained shape again (INT4 in the fast
-#   mode runs W4A8 on the CPU backend, and the model line says so).
-# The per-family accuracy is printed, not asserted: this model does not reach
-# the issue's 95% (models/tiny-r1/README.md has the figures and why).
+# held-out prompts per task family (corpus seed 3; training used seed 1),
+# every family required correct (the issue's >= 95% on this sample; the
+# README's figures use 20 per family, tools/train/measure.sh):
+# - FP8 as published with fixed MTP drafts (--spec-draft 3): correct, with
+#   the trained shape (reasoning then an answer; the tool turn one
+#   get_weather call parsed by dsr1), and drafts accepted;
+# - the same results, token for token, with speculation off, adaptive (on
+#   this head-dominated model it decodes plainly), -j 1 and -j 16;
+# - INT4, INT8 and BF16 files, and the FP8 KV cache: correct (INT4 in the
+#   fast mode runs W4A8 on the CPU backend, and the model line says so).
 set -u
 command -v python3 >/dev/null || { echo "python3 not installed"; exit 77; }
 . tests/e2e/lib/tiny_r1.sh
@@ -18,16 +18,19 @@ ev() { # model, evaluate.py options, then -- dsr1 run options
     python3 tools/train/evaluate.py --dsr1 "$DSR1" -m "$@" || fail=1
 }
 B=$TMPDIR/base.jsonl
-S="--seed 3 --per-family 4 --min 0"
-ev "$R1M" $S --check-format --save "$B"
+S="--seed 3 --per-family 4 --min 0.95"
+ev "$R1M" $S --check-format --save "$B" -- --spec-draft 3
 python3 -c '
 import json, sys
 acc = sum(json.loads(l)["usage"]["speculative"]["accepted"] for l in open(sys.argv[1]))
 print("MTP drafts accepted:", acc)
 sys.exit(acc == 0)' "$B" || { echo "FAIL: no MTP draft accepted"; fail=1; }
 ev "$R1M" $S --same-as "$B" -- --spec-draft 0
+ev "$R1M" $S --same-as "$B"
 ev "$R1M" $S --same-as "$B" -- -j 1
 ev "$R1M" $S --same-as "$B" -- -j 16
+echo "FP8 KV cache:"
+ev "$R1M" $S -- --kv-type fp8
 for t in int4 int8 bf16; do
     tiny_r1_type $t
     echo "type $t:"

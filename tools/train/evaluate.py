@@ -9,7 +9,7 @@ first tool turn, when it is exactly one get_weather call with the right
 arguments. Stdlib only (the test suite runs it; no torch).
 
 Usage: evaluate.py -m MODEL [--seed 2] [--per-family 8] [--min 0.95]
-       [--json OUT] [-- extra dsr1 run options, e.g. --spec-draft 0 -j 16]
+       [--json OUT] [--prompts-out P.jsonl] [-- extra dsr1 run options, e.g. -j 16]
 Exit 0 when every family reaches --min, 1 otherwise.
 """
 import argparse
@@ -92,10 +92,17 @@ def main():
                     help="fail unless every result has the trained shape: reasoning and an "
                          "answer after a forced <think>, one get_weather call with a city")
     ap.add_argument("--same-as", help="fail unless the results equal this earlier --save file")
+    ap.add_argument("--prompts-out", help="also write the rendered prompts, tagged by family, as "
+                                          "`dsr1 bench --spec --prompts` reads them")
     a = ap.parse_args(argv)
     import random
     r = random.Random(a.seed)
     ex = [corpus.example(r, f) for _ in range(a.per_family) for f in corpus.FAMILIES]
+    if a.prompts_out:
+        with open(a.prompts_out, "w", encoding="utf-8") as f:
+            for e in ex:
+                f.write(json.dumps({"prompt": e["prompt"], "tag": e["family"]},
+                                   ensure_ascii=False) + "\n")
     with tempfile.TemporaryDirectory() as td:
         inp, out = os.path.join(td, "in.jsonl"), os.path.join(td, "out.jsonl")
         with open(inp, "w", encoding="utf-8") as f:
