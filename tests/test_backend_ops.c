@@ -97,7 +97,8 @@ static tw make_w(dsr1_type ty, int64_t rows, int64_t cols, unsigned seed)
         for (size_t i = 0; i < n / 2; i++) d[i] = (uint8_t)(s = s * 1664525u + 1013904223u, s >> 24);
         int g = cols % 128 == 0 ? 128 : 32;
         uint16_t *sc = malloc((size_t)(rows * cols / g) * 2);
-        for (int64_t i = 0; i < rows * cols / g; i++) sc[i] = dsr1_f32_to_bf16(0.01f * (float)(i % 3 + 1));
+        for (int64_t i = 0; i < rows * cols / g; i++)
+            sc[i] = dsr1_f32_to_bf16(0.01f * (float)(i % 3 + 1));
         w.data = d, w.scale = sc, w.m.scale_type = DSR1_T_BF16, w.m.group = g;
     }
     w.m.data = w.data;

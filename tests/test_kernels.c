@@ -567,14 +567,16 @@ DSR1_TEST(kernels_int4_w4a8_matches_portable)
         int64_t rows = shapes[si][1], cols = shapes[si][2], ldx = cols + 5;
         tmat m = make_mat(DSR1_T_INT4, rows, cols, variant, 61 + (uint64_t)si);
         float *x = make_x(300, ldx, 62 + (uint64_t)si);
-        float *y = malloc((size_t)300 * (size_t)rows * 4), *port = malloc((size_t)300 * (size_t)rows * 4);
+        size_t ybytes = (size_t)300 * (size_t)rows * 4;
+        float *y = malloc(ybytes), *port = malloc(ybytes);
         float *one = malloc((size_t)rows * 4);
         for (int ni = 0; ni < 5; ni++) {
             int n = ns[ni];
             dsr1_matmul(pool, &m.w, x, ldx, y, rows, n, DSR1_ACT_INT8);
             dsr1_matmul_with(NULL, &m.w, x, ldx, port, rows, n, DSR1_ACT_INT8, DSR1_MM_PORTABLE);
-            CHECKF(!memcmp(y, port, (size_t)n * (size_t)rows * 4), "%s %lldx%lld n=%d: W4A8 differs from portable",
-                   m.what, (long long)rows, (long long)cols, n);
+            CHECKF(!memcmp(y, port, (size_t)n * (size_t)rows * 4),
+                   "%s %lldx%lld n=%d: W4A8 differs from portable", m.what, (long long)rows,
+                   (long long)cols, n);
             int bad = 0;
             for (int tok = 0; tok < n; tok += 13) {
                 dsr1_matmul(NULL, &m.w, x + tok * ldx, ldx, one, rows, 1, DSR1_ACT_INT8);

@@ -18,7 +18,8 @@
  * quantises each token's x dynamically (per token scale = amax/127) and uses
  * int8 dot products against INT8 weights (W8A8) and against the 4-bit codes
  * of INT4 weights (W4A8: exact integer dots per scale group, then the group
- * scale in float32); for other weight types it behaves like BF16. The fast modes stay deterministic in the same sense.
+ * scale in float32); for other weight types it behaves like BF16. The fast
+ * modes stay deterministic in the same sense.
  * In BF16 mode the weights too are rounded to bf16 after dequantisation
  * (value * scale, rounded to nearest even): a relative error of at most
  * 2^-9 per weight, like x's. FP8 is the exception: its e4m3 values are

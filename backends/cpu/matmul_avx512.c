@@ -1352,7 +1352,8 @@ static void rows_w4a8(const dsr1_mm_job *j, int64_t r0, int64_t r1)
                     int nt = nb - b0 == 4 ? 2 : nb - b0 < W4_NT ? nb - b0 : W4_NT;
                     for (int i = 0; i < pr; i += MR) {
                         int rt = pr - i < MR ? pr - i : MR;
-                        const uint8_t *wr = gemv ? (const uint8_t *)w->data + (r + i) * (w->cols / 2) + c0 / 2
+                        const uint8_t *wr = gemv ? (const uint8_t *)w->data +
+                                                       (r + i) * (w->cols / 2) + c0 / 2
                                                  : codes + i * kc;
                         tile_w4(rt, nt, g32, !gemv, wr, gemv ? w->cols / 2 : kc,
                                 (const uint16_t *)w->scale + (r + i) * ng + c0 / g, ng, f16,

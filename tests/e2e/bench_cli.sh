@@ -13,6 +13,7 @@ rows=$(awk '$1 ~ /^(fp8|int8|int4|bf16)$/ && $2 != "onednn" && $4 > 0 && $5 > 0 
 dn=$(awk '$2 == "onednn" && $4 > 0 && $5 > 0 && $6 > 0' "$TMPDIR/k" | wc -l)
 [ "$dn" -eq 0 ] || [ "$dn" -eq 4 ] || { echo "FAIL: expected 0 or 4 onednn rows, got $dn"; fail=1; }
 grep -q '^int8  int8 ' "$TMPDIR/k" || { echo "FAIL: no W8A8 row"; fail=1; }
+grep -q '^int4  int8 ' "$TMPDIR/k" || { echo "FAIL: no W4A8 row"; fail=1; }
 
 "$DSR1" bench membw --size 64 >"$TMPDIR/m" || { echo "FAIL: bench membw exit"; fail=1; }
 grep -Eq '^membw: [0-9]+\.[0-9] GB/s' "$TMPDIR/m" || { echo "FAIL: membw line:"; cat "$TMPDIR/m"; fail=1; }

@@ -8,7 +8,8 @@
 #   get_weather call parsed by dsr1), and drafts accepted;
 # - the same results, token for token, with speculation off, adaptive (on
 #   this head-dominated model it decodes plainly), -j 1 and -j 16;
-# - INT4, INT8 and BF16 files, and the FP8 KV cache: correct.
+# - INT4, INT8 and BF16 files, and the FP8 KV cache: correct (INT4 in the
+#   fast mode runs W4A8 on the CPU backend, and the model line says so).
 set -u
 command -v python3 >/dev/null || { echo "python3 not installed"; exit 77; }
 . tests/e2e/lib/tiny_r1.sh
@@ -33,6 +34,12 @@ ev "$R1M" $S -- --kv-type fp8
 for t in int4 int8 bf16; do
     tiny_r1_type $t
     echo "type $t:"
+    if [ $t = int4 ]; then
+        "$DSR1" logits -m "$TMPDIR/tiny-r1-int4.dsr1" --ids 1,2 -o "$TMPDIR/l4.f32" \
+            >/dev/null 2>"$TMPDIR/l4.err" || { echo "FAIL: logits on int4"; cat "$TMPDIR/l4.err"; fail=1; }
+        grep -q "int4 weights, w4a8 int8 compute" "$TMPDIR/l4.err" ||
+            { echo "FAIL: the INT4 model line does not say w4a8:"; cat "$TMPDIR/l4.err"; fail=1; }
+    fi
     ev "$TMPDIR/tiny-r1-$t.dsr1" $S --check-format
 done
 exit $fail
