@@ -20,82 +20,11 @@
 #include "core/forward.h"
 #include "core/numeric.h"
 #include "be_util.h"
+#include "mat_util.h"
 #include "test.h"
 
 const char *dsr1_test_tiny_model(void);
 int dsr1_test_argmax(const float *v, int n);
-
-typedef struct drng { uint64_t s; } drng;
-
-static uint32_t drnd(drng *g)
-{
-    g->s = g->s * 6364136223846793005ull + 1442695040888963407ull;
-    return (uint32_t)(g->s >> 33);
-}
-
-static float dfrand(drng *g, float lo, float hi)
-{
-    return lo + (hi - lo) * (float)(drnd(g) & 0xffffff) / (float)0x1000000;
-}
-
-typedef struct dmat {
-    dsr1_wmat w;
-    void *data, *scale;
-    const char *what;
-} dmat;
-
-/* rows x cols of `type` in the layouts convert writes: FP8 128x128 block
- * scales, INT8 per row (variant 0) or per group of 128 (1), INT4 groups of
- * 128 with f16 scales, BF16 plain. */
-static dmat dmat_make(dsr1_type type, int variant, int64_t rows, int64_t cols, uint64_t seed)
-{
-    drng g = {seed};
-    dmat m = {.w = {.type = type, .rows = rows, .cols = cols, .scale_type = DSR1_T_F32}};
-    size_t n = (size_t)(rows * cols), nscale = 0;
-    if (type == DSR1_T_BF16) {
-        uint16_t *d = malloc(n * 2);
-        for (size_t i = 0; i < n; i++) d[i] = dsr1_f32_to_bf16(dfrand(&g, -1, 1));
-        m.data = d;
-        m.what = "bf16";
-    } else if (type == DSR1_T_FP8_E4M3) {
-        uint8_t *d = malloc(n);
-        for (size_t i = 0; i < n; i++) {
-            uint8_t b = (uint8_t)drnd(&g);
-            d[i] = (b & 0x7f) == 0x7f ? 0x7e : b;
-        }
-        m.data = d;
-        m.w.group = 128;
-        nscale = (size_t)(((rows + 127) / 128) * ((cols + 127) / 128));
-        m.what = "fp8";
-    } else if (type == DSR1_T_INT8) {
-        int8_t *d = malloc(n);
-        for (size_t i = 0; i < n; i++) d[i] = (int8_t)((int)(drnd(&g) % 255) - 127);
-        m.data = d;
-        m.w.group = variant ? 128 : 0;
-        nscale = variant ? n / 128 : (size_t)rows;
-        m.what = variant ? "int8/g128" : "int8";
-    } else {
-        uint8_t *d = malloc(n / 2);
-        for (size_t i = 0; i < n / 2; i++) d[i] = (uint8_t)drnd(&g);
-        m.data = d;
-        m.w.group = 128;
-        m.w.scale_type = DSR1_T_F16;
-        nscale = n / 128;
-        m.what = "int4/g128";
-    }
-    if (nscale && m.w.scale_type == DSR1_T_F32) {
-        float *s = malloc(nscale * 4);
-        for (size_t i = 0; i < nscale; i++) s[i] = dfrand(&g, 0.001f, 0.02f);
-        m.scale = s;
-    } else if (nscale) {
-        uint16_t *s = malloc(nscale * 2);
-        for (size_t i = 0; i < nscale; i++) s[i] = dsr1_f32_to_f16(dfrand(&g, 0.001f, 0.02f));
-        m.scale = s;
-    }
-    m.w.data = m.data;
-    m.w.scale = m.scale;
-    return m;
-}
 
 /* Largest |y - ref| / (4e-3 * sum |w x|) over the outputs (> 1 fails). */
 static double dnnl_worst(const dsr1_wmat *w, const float *x, int64_t ldx, const float *y,
@@ -126,7 +55,8 @@ DSR1_TEST(dnnl_matmul_vs_ref)
 {
     NEED_DNNL();
     const struct { dsr1_type type; int variant; } kinds[] = {
-        {DSR1_T_FP8_E4M3, 0}, {DSR1_T_INT8, 0}, {DSR1_T_INT8, 1}, {DSR1_T_INT4, 0}, {DSR1_T_BF16, 0}};
+        {DSR1_T_FP8_E4M3, 0}, {DSR1_T_INT8, 0}, {DSR1_T_INT8, 2}, {DSR1_T_INT4, 2}, {DSR1_T_BF16, 0}};
+    /* convert's layouts: per row and group-128 INT8, f16 group-128 INT4 (mat_util.h) */
     const int ns[] = {64, 300, 512};
     const int64_t rows = DSR1_DNNL_PANEL + 44, cols = 384, ldy = rows + 16, ldx = cols + 8;
     dsr1_error err = {0};
@@ -137,10 +67,10 @@ DSR1_TEST(dnnl_matmul_vs_ref)
     if (!pool || !d) goto out;
     float *x = malloc((size_t)512 * ldx * 4), *y = malloc((size_t)512 * ldy * 4);
     float *ref = malloc((size_t)512 * rows * 4);
-    drng g = {0x5eed};
-    for (size_t i = 0; i < (size_t)512 * ldx; i++) x[i] = dfrand(&g, -2, 2);
+    rng g = {0x5eed};
+    for (size_t i = 0; i < (size_t)512 * ldx; i++) x[i] = dsr1_test_frand(&g, -2, 2);
     for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
-        dmat m = dmat_make(kinds[k].type, kinds[k].variant, rows, cols, 17 + k);
+        tmat m = dsr1_test_mat(kinds[k].type, rows, cols, kinds[k].variant, 17 + k);
         for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) {
             int n = ns[i];
             dsr1_matmul_ref(&m.w, x, ldx, ref, rows, n);
@@ -153,17 +83,15 @@ DSR1_TEST(dnnl_matmul_vs_ref)
             CHECKF(isnan(y[rows]) && isnan(y[(size_t)(n - 1) * ldy + rows + 15]),
                    "%s n=%d: wrote past the rows", m.what, n);
         }
-        free(m.data);
-        free(m.scale);
+        dsr1_test_mat_free(&m);
     }
     printf("     onednn kernel: %s\n", dsr1_dnnl_impl(d));
     /* one thread (a NULL pool runs the panels on the caller) */
-    dmat m = dmat_make(DSR1_T_FP8_E4M3, 0, rows, cols, 99);
+    tmat m = dsr1_test_mat(DSR1_T_FP8_E4M3, rows, cols, 0, 99);
     dsr1_matmul_ref(&m.w, x, ldx, ref, rows, 64);
     CHECK_OK(dsr1_dnnl_matmul(d, NULL, &m.w, x, ldx, y, ldy, 64) ? DSR1_EINVAL : 0, &err);
     CHECK(dnnl_worst(&m.w, x, ldx, y, ldy, ref, 64) <= 1.0);
-    free(m.data);
-    free(m.scale);
+    dsr1_test_mat_free(&m);
     free(x);
     free(y);
     free(ref);
@@ -186,14 +114,14 @@ DSR1_TEST(dnnl_backend_modes)
     dsr1_bbuf *xb[2] = {0}, *yb[2] = {0};
     const int n = 300;
     const int64_t rows = 384, cols = 256;
-    dmat m = dmat_make(DSR1_T_FP8_E4M3, 0, rows, cols, 7);
+    tmat m = dsr1_test_mat(DSR1_T_FP8_E4M3, rows, cols, 0, 7);
     dsr1_wdesc wd = {.name = "w", .mat = m.w, .count = 1};
     dsr1_ws_sizes s = {.max_tokens = n, .hidden = (int)cols, .inter = (int)rows, .max_in = (int)cols,
                        .n_heads = 1, .kv_lora_rank = 16, .rope_dim = 16, .max_ctx = 16};
     float *x = malloc((size_t)n * cols * 4), *y[2] = {malloc((size_t)n * rows * 4),
                                                        malloc((size_t)n * rows * 4)};
-    drng g = {3};
-    for (size_t i = 0; i < (size_t)n * cols; i++) x[i] = dfrand(&g, -1, 1);
+    rng g = {3};
+    for (size_t i = 0; i < (size_t)n * cols; i++) x[i] = dsr1_test_frand(&g, -1, 1);
     for (int k = 0; k < 2; k++) { /* 0: fast, 1: deterministic */
         dsr1_backend_options o = {.threads = 2, .deterministic = k};
         CHECK_OK(be->create(&o, &dev[k], &err), &err);
@@ -229,8 +157,7 @@ out:
         free(y[k]);
     }
     free(x);
-    free(m.data);
-    free(m.scale);
+    dsr1_test_mat_free(&m);
 }
 
 /* ---- the whole model ----------------------------------------------------------- */

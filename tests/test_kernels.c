@@ -12,119 +12,15 @@
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/matmul_impl.h"
 #include "core/numeric.h"
+#include "mat_util.h"
 #include "test.h"
 
-/* ---- random matrices ---------------------------------------------------- */
-
-typedef struct rng { uint64_t s; } rng;
-
-static uint32_t rnd(rng *g)
-{
-    g->s = g->s * 6364136223846793005ull + 1442695040888963407ull;
-    return (uint32_t)(g->s >> 33);
-}
-
-static float frand(rng *g, float lo, float hi)
-{
-    return lo + (hi - lo) * (float)(rnd(g) & 0xffffff) / (float)0x1000000;
-}
-
-typedef struct tmat {
-    dsr1_wmat w;
-    void *data, *scale;
-    const char *what;
-} tmat;
-
-/* A random rows x cols matrix of `type`; variant picks the scale layout
- * (int8: 0 per row / 1 group 64; int4: 0 f16 group 32 / 1 bf16 group 128). */
-static tmat make_mat(dsr1_type type, int64_t rows, int64_t cols, int variant, uint64_t seed)
-{
-    rng g = {seed};
-    tmat m = {.w = {.type = type, .rows = rows, .cols = cols, .scale_type = DSR1_T_F32}};
-    size_t n = (size_t)(rows * cols), nscale = 0;
-    switch (type) {
-    case DSR1_T_F32: {
-        float *d = malloc(n * 4);
-        for (size_t i = 0; i < n; i++) d[i] = frand(&g, -1, 1);
-        m.data = d;
-        m.what = "f32";
-        break;
-    }
-    case DSR1_T_F16:
-    case DSR1_T_BF16: {
-        uint16_t *d = malloc(n * 2);
-        for (size_t i = 0; i < n; i++) {
-            float f = frand(&g, -1, 1);
-            d[i] = type == DSR1_T_F16 ? dsr1_f32_to_f16(f) : dsr1_f32_to_bf16(f);
-        }
-        m.data = d;
-        m.what = type == DSR1_T_F16 ? "f16" : "bf16";
-        break;
-    }
-    case DSR1_T_FP8_E4M3: {
-        uint8_t *d = malloc(n);
-        for (size_t i = 0; i < n; i++) {
-            uint8_t b = (uint8_t)rnd(&g);
-            d[i] = (b & 0x7f) == 0x7f ? 0x7e : b; /* no NaN in weights */
-        }
-        m.data = d;
-        m.w.group = 128;
-        nscale = (size_t)(((rows + 127) / 128) * ((cols + 127) / 128));
-        m.what = "fp8";
-        break;
-    }
-    case DSR1_T_INT8: {
-        int8_t *d = malloc(n);
-        for (size_t i = 0; i < n; i++) d[i] = (int8_t)((int)(rnd(&g) % 255) - 127);
-        m.data = d;
-        m.w.group = variant ? 64 : 0;
-        nscale = variant ? n / 64 : (size_t)rows;
-        m.what = variant ? "int8/g64" : "int8";
-        break;
-    }
-    case DSR1_T_INT4: {
-        uint8_t *d = malloc(n / 2);
-        for (size_t i = 0; i < n / 2; i++) d[i] = (uint8_t)rnd(&g);
-        m.data = d;
-        m.w.group = variant ? 128 : 32;
-        m.w.scale_type = variant ? DSR1_T_BF16 : DSR1_T_F16;
-        nscale = n / (size_t)m.w.group;
-        m.what = variant ? "int4/g128bf16" : "int4/g32f16";
-        break;
-    }
-    default:
-        break;
-    }
-    if (nscale) {
-        if (m.w.scale_type == DSR1_T_F32) {
-            float *s = malloc(nscale * 4);
-            for (size_t i = 0; i < nscale; i++) s[i] = frand(&g, 0.001f, 0.02f);
-            m.scale = s;
-        } else {
-            uint16_t *s = malloc(nscale * 2);
-            for (size_t i = 0; i < nscale; i++) {
-                float f = frand(&g, 0.001f, 0.02f);
-                s[i] = m.w.scale_type == DSR1_T_F16 ? dsr1_f32_to_f16(f) : dsr1_f32_to_bf16(f);
-            }
-            m.scale = s;
-        }
-    }
-    m.w.data = m.data;
-    m.w.scale = m.scale;
-    return m;
-}
-
-static void free_mat(tmat *m)
-{
-    free(m->data);
-    free(m->scale);
-}
 
 static float *make_x(int n, int64_t ldx, uint64_t seed)
 {
     rng g = {seed};
     float *x = malloc((size_t)n * (size_t)ldx * sizeof *x);
-    for (int64_t i = 0; i < n * ldx; i++) x[i] = frand(&g, -2, 2);
+    for (int64_t i = 0; i < n * ldx; i++) x[i] = dsr1_test_frand(&g, -2, 2);
     x[0] = 0.0f; /* an exact zero and a large value in every test */
     if (n * ldx > 5) x[5] = 37.0f;
     return x;
@@ -186,7 +82,7 @@ static void check_accuracy(dsr1_test_ctx *t, dsr1_pool *pool, dsr1_type type, in
     static const int ns[] = {1, 3, 17};
     for (int which = 0; which < 2; which++) {
         int64_t rows = which ? 37 : 131, cols = test_cols(type, variant, which);
-        tmat m = make_mat(type, rows, cols, variant, 1000 + (uint64_t)type * 10 + (uint64_t)which);
+        tmat m = dsr1_test_mat(type, rows, cols, variant, 1000 + (uint64_t)type * 10 + (uint64_t)which);
         for (int ni = 0; ni < 3; ni++) {
             int n = ns[ni];
             float *x = make_x(n, cols, 77 + (uint64_t)n);
@@ -202,7 +98,7 @@ static void check_accuracy(dsr1_test_ctx *t, dsr1_pool *pool, dsr1_type type, in
             free(ref);
             free(y);
         }
-        free_mat(&m);
+        dsr1_test_mat_free(&m);
     }
 }
 
@@ -225,7 +121,7 @@ static void check_determinism(dsr1_test_ctx *t, dsr1_pool *pool, dsr1_type type,
 {
     int64_t rows = 45, cols = test_cols(type, variant, 1);
     int n = 7;
-    tmat m = make_mat(type, rows, cols, variant, 5 + (uint64_t)type);
+    tmat m = dsr1_test_mat(type, rows, cols, variant, 5 + (uint64_t)type);
     float *x = make_x(n, cols + 3, 9);
     float *batch = malloc((size_t)(n * rows) * 4), *one = malloc((size_t)rows * 4);
     float *port = malloc((size_t)(n * rows) * 4);
@@ -251,7 +147,7 @@ static void check_determinism(dsr1_test_ctx *t, dsr1_pool *pool, dsr1_type type,
     free(batch);
     free(one);
     free(port);
-    free_mat(&m);
+    dsr1_test_mat_free(&m);
 }
 
 DSR1_TEST(kernels_matmul_deterministic)
@@ -270,7 +166,7 @@ DSR1_TEST(kernels_matmul_deterministic)
 /* Strided x and y (ldx > cols, ldy > rows) and untouched padding. */
 DSR1_TEST(kernels_matmul_strides)
 {
-    tmat m = make_mat(DSR1_T_FP8_E4M3, 20, 200, 0, 3);
+    tmat m = dsr1_test_mat(DSR1_T_FP8_E4M3, 20, 200, 0, 3);
     int n = 3;
     float *x = make_x(n, 256, 4), y[3 * 32], ref[3 * 20];
     for (int i = 0; i < 3 * 32; i++) y[i] = -7.0f;
@@ -284,7 +180,7 @@ DSR1_TEST(kernels_matmul_strides)
                 CHECK(y[tok * 32 + r] == -7.0f);
         }
     free(x);
-    free_mat(&m);
+    dsr1_test_mat_free(&m);
 }
 
 /* ---- weights of a tensor ---------------------------------------------------- */
@@ -393,7 +289,7 @@ DSR1_TEST(kernels_ffn_gate_up)
         for (int act = 0; act < 3; act++)
             for (int n = 1; n <= 9; n += 8) {
                 int64_t rows = 70, cols = 384;
-                tmat g = make_mat(types[ti], rows, cols, 0, 11), u = make_mat(types[ti], rows, cols, 0, 12);
+                tmat g = dsr1_test_mat(types[ti], rows, cols, 0, 11), u = dsr1_test_mat(types[ti], rows, cols, 0, 12);
                 float *x = make_x(n, cols, 13), *h = malloc((size_t)(n * rows) * 4);
                 float *yg = malloc((size_t)(n * rows) * 4), *yu = malloc((size_t)(n * rows) * 4);
                 dsr1_ffn_gate_up(pool, &g.w, &u.w, x, cols, h, rows, n, (dsr1_act)act);
@@ -410,8 +306,8 @@ DSR1_TEST(kernels_ffn_gate_up)
                 free(h);
                 free(yg);
                 free(yu);
-                free_mat(&g);
-                free_mat(&u);
+                dsr1_test_mat_free(&g);
+                dsr1_test_mat_free(&u);
             }
     dsr1_pool_free(pool);
 }
@@ -456,7 +352,7 @@ DSR1_TEST(kernels_bf16_panels_special_values)
         DSR1_SKIP("no AVX-512 BF16/VNNI kernels on this CPU: %s", "dsr1_matmul would be the portable kernel compared with itself");
     int64_t rows = 200, cols = 2100;
     int n = 13;
-    tmat m = make_mat(DSR1_T_BF16, rows, cols, 0, 21);
+    tmat m = dsr1_test_mat(DSR1_T_BF16, rows, cols, 0, 21);
     uint16_t *wd = m.data;
     for (int64_t i = 0; i < rows * cols; i += 7) wd[i] = (uint16_t)(i % 3 == 0 ? 0x0001 : i % 3 == 1 ? 0x8042 : 0x8000);
     float *x = make_x(n, cols, 22);
@@ -481,7 +377,7 @@ DSR1_TEST(kernels_bf16_panels_special_values)
     free(y);
     free(port);
     free(one);
-    free_mat(&m);
+    dsr1_test_mat_free(&m);
 }
 
 /* FP8 in BF16 mode through whole 128-row scale blocks (one thread: tasks
@@ -494,7 +390,7 @@ DSR1_TEST(kernels_fp8_bf16_blocks)
         DSR1_SKIP("no AVX-512 BF16/VNNI kernels on this CPU: %s", "dsr1_matmul would be the portable kernel compared with itself");
     int64_t rows = 272, cols = 2100;
     int n = 9;
-    tmat m = make_mat(DSR1_T_FP8_E4M3, rows, cols, 0, 31);
+    tmat m = dsr1_test_mat(DSR1_T_FP8_E4M3, rows, cols, 0, 31);
     float *x = make_x(n, cols + 5, 32);
     float *y = malloc((size_t)(n * rows) * 4), *port = malloc((size_t)(n * rows) * 4);
     float *one = malloc((size_t)rows * 4);
@@ -513,7 +409,7 @@ DSR1_TEST(kernels_fp8_bf16_blocks)
     free(y);
     free(port);
     free(one);
-    free_mat(&m);
+    dsr1_test_mat_free(&m);
 }
 
 /* W8A8 activations (vector preparation) on the awkward values: an all-zero
@@ -527,7 +423,7 @@ DSR1_TEST(kernels_int8_act_special_values)
     for (int variant = 0; variant < 2; variant++) {
         int64_t rows = 40, cols = variant ? 192 : 301, ldx = cols + 7;
         int n = 5;
-        tmat m = make_mat(DSR1_T_INT8, rows, cols, variant, 41);
+        tmat m = dsr1_test_mat(DSR1_T_INT8, rows, cols, variant, 41);
         float *x = make_x(n, ldx, 42);
         for (int64_t c = 0; c < ldx; c++) {
             x[c] = 0.0f;
@@ -540,7 +436,7 @@ DSR1_TEST(kernels_int8_act_special_values)
         free(x);
         free(y);
         free(port);
-        free_mat(&m);
+        dsr1_test_mat_free(&m);
     }
 }
 
@@ -565,7 +461,7 @@ DSR1_TEST(kernels_int4_w4a8_matches_portable)
     for (int si = 0; si < 4; si++) {
         int variant = (int)shapes[si][0];
         int64_t rows = shapes[si][1], cols = shapes[si][2], ldx = cols + 5;
-        tmat m = make_mat(DSR1_T_INT4, rows, cols, variant, 61 + (uint64_t)si);
+        tmat m = dsr1_test_mat(DSR1_T_INT4, rows, cols, variant, 61 + (uint64_t)si);
         float *x = make_x(300, ldx, 62 + (uint64_t)si);
         size_t ybytes = (size_t)300 * (size_t)rows * 4;
         float *y = malloc(ybytes), *port = malloc(ybytes);
@@ -589,7 +485,7 @@ DSR1_TEST(kernels_int4_w4a8_matches_portable)
         free(y);
         free(port);
         free(one);
-        free_mat(&m);
+        dsr1_test_mat_free(&m);
     }
     dsr1_pool_free(pool);
 }
