@@ -169,6 +169,7 @@ int dsr1_engine_create(dsr1_engine **out, dsr1_model *m, const dsr1_engine_optio
     dsr1_model_spec_costs(m, &e->costs.row, &e->costs.draft);
     if (o.spec_row_cost >= 0) e->costs.row = o.spec_row_cost;
     if (o.spec_draft_cost >= 0) e->costs.draft = o.spec_draft_cost;
+    if (o.spec_draft < 0 && dsr1_spec_never(&e->costs)) e->kmax = 0; /* adaptive, never drafts */
     e->max_batch = o.prefill_chunk + o.max_seqs * (e->kmax + 1);
     /* A catch-up after a sit-out adds up to DSR1_SPEC_MAX_LAG MTP rows per
      * sequence to the step's own. */

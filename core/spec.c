@@ -78,6 +78,8 @@ int dsr1_spec_try(dsr1_spec_track *t, const dsr1_spec_costs *c)
     return t->ema >= c->row + c->draft;
 }
 
+int dsr1_spec_never(const dsr1_spec_costs *c) { return !(PRIOR >= c->row + c->draft); }
+
 float dsr1_spec_confidence(const float *logits, int vocab)
 {
     float mx = -INFINITY;

@@ -59,6 +59,12 @@ void dsr1_spec_track_update(dsr1_spec_track *t, int drafted, int accepted);
  * catch-up and does it in one batch when the sequence tries again
  * (DSR1_SPEC_MAX_LAG). */
 int dsr1_spec_try(dsr1_spec_track *t, const dsr1_spec_costs *c);
+/* Whether dsr1_spec_try can never say yes at these costs: the moving
+ * average starts at the prior and moves away from it only through drafts,
+ * so costs above the prior mean no sequence ever drafts. The engine then
+ * runs no MTP layer at all (no KV catch-up every DSR1_SPEC_MAX_LAG steps
+ * for drafts that will not come). */
+int dsr1_spec_never(const dsr1_spec_costs *c);
 /* An attempt made no draft (the first was not confident enough). */
 void dsr1_spec_track_declined(dsr1_spec_track *t);
 

@@ -84,6 +84,10 @@ DSR1_TEST(spec_policy_costs)
     CHECK(dsr1_spec_more(&tr, chain, &r1));
     CHECK(!dsr1_spec_more(&tr, 0.6f, &r1));
     CHECK(dsr1_spec_keep(&tr, 0.36f, &chain, &r1) == (chain >= 0.55f));
+    /* costs above the prior: a fresh track never tries, so none ever does */
+    CHECK(!dsr1_spec_never(&r1) && dsr1_spec_never(&small));
+    dsr1_spec_costs edge = {.row = 0.35f, .draft = 0.35f}, nan = {.row = NAN, .draft = 0};
+    CHECK(!dsr1_spec_never(&edge) && dsr1_spec_never(&nan));
 }
 
 /* Steps a track sits out before its next attempt. */

@@ -21,6 +21,12 @@ two CPU cores; see models/tiny-r1/README.md):
 Some prompts carry an earlier, finished exchange as history (multi-turn).
 
 Usage: corpus.py --seed N --per-family K [--out FILE]   (JSONL to stdout)
+       [--focus]   the third training phase's mix (models/tiny-r1/README.md):
+                   half the prompts carry history (one or two exchanges, a
+                   compare often asking about the sum just given), 40% of
+                   compares have equal tens digits, 30% of counts ask for an
+                   absent letter. Without it, the RNG sequence (and so the
+                   corpus of every seed) is the one phases 1 and 2 used.
 No third-party modules: the test suite may run it without torch.
 """
 import argparse
@@ -85,11 +91,20 @@ def fam_add(r):
     return q, think("\n".join(lines), "%d + %d = %d." % (a, b, a + b)), str(a + b)
 
 
-def fam_compare(r):
-    a = r.randint(10, 99)
-    b = r.randint(10, 99)
-    while b == a:
+def fam_compare(r, focus=False, first=None):
+    if focus and r.random() < 0.4:  # equal tens digits: the units decide
+        t = r.randint(1, 9)
+        ua, ub = r.sample(range(10), 2)
+        a, b = 10 * t + ua, 10 * t + ub
+    else:
+        a = r.randint(10, 99)
         b = r.randint(10, 99)
+        while b == a:
+            b = r.randint(10, 99)
+    if first is not None and first != b:  # a follow-up about an earlier answer
+        a = first
+        if r.random() < 0.5:
+            a, b = b, a
     q = r.choice(["Which is larger, {a} or {b}?", "Which number is bigger: {a} or {b}?"]).format(a=a, b=b)
     big, small = max(a, b), min(a, b)
     ta, tb = a // 10, b // 10
@@ -112,9 +127,12 @@ def fam_sort(r):
     return q, think(" ".join(names), ans), ans
 
 
-def fam_count(r):
+def fam_count(r, focus=False):
     w = r.choice(WORDS)
-    ch = r.choice(w) if r.random() < 0.8 else r.choice("abcdefghijklmnopqrstuvwxyz")
+    if focus:
+        ch = r.choice(w) if r.random() < 0.7 else r.choice([c for c in "abcdefghijklmnopqrstuvwxyz" if c not in w])
+    else:
+        ch = r.choice(w) if r.random() < 0.8 else r.choice("abcdefghijklmnopqrstuvwxyz")
     q = r.choice(['How many times does the letter "{c}" appear in "{w}"?',
                   'Count the letter "{c}" in the word "{w}".']).format(c=ch, w=w)
     n = 0
@@ -214,19 +232,32 @@ GEN = {"add": fam_add, "compare": fam_compare, "sort": fam_sort, "count": fam_co
        "reverse": fam_reverse}
 
 
-def example(r, fam):
+def gen(r, fam, focus, first=None):
+    if focus and fam == "compare":
+        return fam_compare(r, True, first)
+    if focus and fam == "count":
+        return fam_count(r, True)
+    return GEN[fam](r)
+
+
+def example(r, fam, focus=False):
     tools = None
     history = []
-    if fam != "tool" and r.random() < 0.25:
-        # an earlier finished exchange (history keeps only the answer)
-        hq, hc, _ = GEN[r.choice(list(GEN))](r)
-        history = [{"role": "user", "content": hq},
-                   {"role": "assistant", "content": hc[:-len(EOS)]}]
+    first = None
+    if fam != "tool" and r.random() < (0.5 if focus else 0.25):
+        # earlier finished exchanges (history keeps only the answers)
+        for _ in range(r.randint(1, 2) if focus else 1):
+            hf = r.choice(list(GEN))
+            hq, hc, ha = gen(r, hf, focus)
+            history += [{"role": "user", "content": hq},
+                        {"role": "assistant", "content": hc[:-len(EOS)]}]
+        if focus and hf == "add" and int(ha) < 100 and r.random() < 0.5:
+            first = int(ha)
     if fam == "tool":
         tools = [WEATHER_TOOL]
         msgs, comp, ans = fam_tool(r)
     else:
-        q, comp, ans = GEN[fam](r)
+        q, comp, ans = gen(r, fam, focus, first)
         msgs = [{"role": "user", "content": q}]
     msgs = history + msgs
     req = {"messages": msgs}
@@ -253,12 +284,13 @@ def main():
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--per-family", type=int, required=True)
     ap.add_argument("--out")
+    ap.add_argument("--focus", action="store_true")
     a = ap.parse_args()
     r = random.Random(a.seed)
     f = open(a.out, "w", encoding="utf-8") if a.out else sys.stdout
     for i in range(a.per_family):
         for fam in FAMILIES:
-            f.write(json.dumps(example(r, fam), ensure_ascii=False) + "\n")
+            f.write(json.dumps(example(r, fam, a.focus), ensure_ascii=False) + "\n")
     if a.out:
         f.close()
 

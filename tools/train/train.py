@@ -138,16 +138,22 @@ def main():
     rng = random.Random(a.seed)
     os.makedirs(a.out, exist_ok=True)
     tr, held = load(a.train), load(a.held)
-    used = sorted({t for e in tr for t in e["ids"]})
+    ck = os.path.join(a.out, "ckpt.pt")
+    st = torch.load(ck) if os.path.exists(ck) else None
+    # a resumed phase keeps the checkpoint's vocabulary rows (a later phase's
+    # corpus may lack a token or add one: such examples are left out)
+    used = st["used"] if st else sorted({t for e in tr for t in e["ids"]})
     lut = {t: i for i, t in enumerate(used)}
+    n_tr = len(tr)
+    tr = [e for e in tr if all(t in lut for t in e["ids"])]
+    if len(tr) != n_tr:
+        print("left out %d training examples with tokens outside the vocabulary rows" % (n_tr - len(tr)))
     held = [e for e in held if all(t in lut for t in e["ids"])]
     cfg = Cfg()
     model = TinyR1(cfg, used)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.01)
     step, t_used = 0, 0.0
-    ck = os.path.join(a.out, "ckpt.pt")
-    if os.path.exists(ck):
-        st = torch.load(ck)
+    if st:
         model.load_state_dict(st["model"])
         opt.load_state_dict(st["opt"])
         step, t_used = st["step"], st["time"]
