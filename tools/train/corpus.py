@@ -21,11 +21,12 @@ two CPU cores; see models/tiny-r1/README.md):
 Some prompts carry an earlier, finished exchange as history (multi-turn).
 
 Usage: corpus.py --seed N --per-family K [--out FILE]   (JSONL to stdout)
+       [--equal-tens]  K compares with equal tens digits only, each with a
+                   "context" prefix of the completion (prep.py: not a target)
        [--focus]   the third training phase's mix (models/tiny-r1/README.md):
                    half the prompts carry history (one or two exchanges, a
-                   compare often asking about the sum just given), 40% of
-                   compares have equal tens digits, 30% of counts ask for an
-                   absent letter. Without it, the RNG sequence (and so the
+                   compare often asking about the sum just given), 30% of
+                   counts ask for an absent letter. Without it, the RNG sequence (and so the
                    corpus of every seed) is the one phases 1 and 2 used.
 No third-party modules: the test suite may run it without torch.
 """
@@ -91,16 +92,22 @@ def fam_add(r):
     return q, think("\n".join(lines), "%d + %d = %d." % (a, b, a + b)), str(a + b)
 
 
+# The compare reasoning of phase 4 on (main(): --compare-v2; corpus.py
+# without it writes the phases 1-3 corpus): "... so B is larger and S is
+# smaller." instead of "... so B is larger."
+COMPARE_V2 = False
+
+
 def fam_compare(r, focus=False, first=None):
-    if focus and r.random() < 0.4:  # equal tens digits: the units decide
-        t = r.randint(1, 9)
-        ua, ub = r.sample(range(10), 2)
-        a, b = 10 * t + ua, 10 * t + ub
-    else:
-        a = r.randint(10, 99)
+    # (Tried: 40% equal tens digits in the focus mix. The model then
+    # answered "Tens digits are both" for most pairs: the first reasoning
+    # token is where it compares the tens digits, and the mix moved that
+    # decision's prior. The natural 10% stays; --equal-tens adds examples
+    # whose decision is context, not target.)
+    a = r.randint(10, 99)
+    b = r.randint(10, 99)
+    while b == a:
         b = r.randint(10, 99)
-        while b == a:
-            b = r.randint(10, 99)
     if first is not None and first != b:  # a follow-up about an earlier answer
         a = first
         if r.random() < 0.5:
@@ -109,11 +116,17 @@ def fam_compare(r, focus=False, first=None):
     big, small = max(a, b), min(a, b)
     ta, tb = a // 10, b // 10
     if ta != tb:
-        why = "Tens digits: %d and %d. %d is larger, so %d is larger." % (ta, tb, max(ta, tb), big)
+        why = "Tens digits: %d and %d. %d is larger, so %d is larger" % (ta, tb, max(ta, tb), big)
     else:
-        why = ("Tens digits are both %d. Units digits: %d and %d. %d is larger, so %d is larger."
+        why = ("Tens digits are both %d. Units digits: %d and %d. %d is larger, so %d is larger"
                % (ta, a % 10, b % 10, max(a % 10, b % 10), big))
-    return q, think(why, "%d is larger than %d." % (big, small)), str(big)
+    if COMPARE_V2:
+        # the smaller number said in the reasoning, so the answer copies
+        # both numbers from it: with equal tens digits the two numbers of
+        # the question differ only in their second digit, and copying the
+        # smaller one from there is what the phase-2 model got wrong
+        why += " and %d is smaller" % small
+    return q, think(why + ".", "%d is larger than %d." % (big, small)), str(big)
 
 
 def fam_sort(r):
@@ -232,6 +245,25 @@ GEN = {"add": fam_add, "compare": fam_compare, "sort": fam_sort, "count": fam_co
        "reverse": fam_reverse}
 
 
+def equal_tens(r):
+    """A compare with equal tens digits whose decision ("Tens digits are
+    both T.") is given as context (prep.py adds it to the prompt tokens'
+    loss mask): more practice at what follows it without moving the prior
+    of the decision itself."""
+    t = r.randint(1, 9)
+    ua, ub = r.sample(range(10), 2)
+    a, b = 10 * t + ua, 10 * t + ub
+    q = r.choice(["Which is larger, {a} or {b}?", "Which number is bigger: {a} or {b}?"]).format(a=a, b=b)
+    why = ("Tens digits are both %d. Units digits: %d and %d. %d is larger, so %d is larger"
+           % (t, ua, ub, max(ua, ub), max(a, b)))
+    why += (" and %d is smaller." % min(a, b)) if COMPARE_V2 else "."
+    msgs = [{"role": "user", "content": q}]
+    comp = think(why, "%d is larger than %d." % (max(a, b), min(a, b)))
+    return {"family": "compare", "prompt": render(msgs, None), "completion": comp,
+            "context": "Tens digits are both %d." % t, "answer": str(max(a, b)),
+            "request": {"messages": msgs}, "expect": expect(comp)}
+
+
 def gen(r, fam, focus, first=None):
     if focus and fam == "compare":
         return fam_compare(r, True, first)
@@ -285,10 +317,18 @@ def main():
     ap.add_argument("--per-family", type=int, required=True)
     ap.add_argument("--out")
     ap.add_argument("--focus", action="store_true")
+    ap.add_argument("--equal-tens", action="store_true",
+                    help="only compares with equal tens digits, the decision as context")
+    ap.add_argument("--compare-v2", action="store_true",
+                    help='compare reasoning that names the smaller number too ("... and S is smaller.")')
     a = ap.parse_args()
+    global COMPARE_V2
+    COMPARE_V2 = a.compare_v2
     r = random.Random(a.seed)
     f = open(a.out, "w", encoding="utf-8") if a.out else sys.stdout
-    for i in range(a.per_family):
+    for i in range(a.per_family if a.equal_tens else 0):
+        f.write(json.dumps(equal_tens(r), ensure_ascii=False) + "\n")
+    for i in range(0 if a.equal_tens else a.per_family):
         for fam in FAMILIES:
             f.write(json.dumps(example(r, fam, a.focus), ensure_ascii=False) + "\n")
     if a.out:

@@ -8,7 +8,7 @@ result is correct when its content equals the expected answer sentence
 first tool turn, when it is exactly one get_weather call with the right
 arguments. Stdlib only (the test suite runs it; no torch).
 
-Usage: evaluate.py -m MODEL [--seed 2] [--per-family 8] [--min 0.95]
+Usage: evaluate.py -m MODEL [--seed 2] [--per-family 8] [--min 0.95] [--focus]
        [--json OUT] [--prompts-out P.jsonl] [-- extra dsr1 run options, e.g. -j 16]
 Exit 0 when every family reaches --min, 1 otherwise.
 """
@@ -85,6 +85,8 @@ def main():
     ap.add_argument("--seed", type=int, default=2)
     ap.add_argument("--per-family", type=int, default=8)
     ap.add_argument("--min", type=float, default=0.95)
+    ap.add_argument("--focus", action="store_true",
+                    help="corpus.py --focus prompts: half with history, follow-up questions")
     ap.add_argument("--json")
     ap.add_argument("--save", help="keep dsr1 run's results here")
     ap.add_argument("--show", action="store_true", help="print wrong answers")
@@ -97,7 +99,7 @@ def main():
     a = ap.parse_args(argv)
     import random
     r = random.Random(a.seed)
-    ex = [corpus.example(r, f) for _ in range(a.per_family) for f in corpus.FAMILIES]
+    ex = [corpus.example(r, f, a.focus) for _ in range(a.per_family) for f in corpus.FAMILIES]
     if a.prompts_out:
         with open(a.prompts_out, "w", encoding="utf-8") as f:
             for e in ex:

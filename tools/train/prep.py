@@ -4,7 +4,9 @@
 Prompt and completion are tokenized separately and concatenated, exactly as
 at inference: dsr1 tokenizes the rendered prompt (ending with the generation
 prompt) and the model then emits the completion's tokens one by one.
-Writes JSONL {"family", "ids", "n_prompt", "answer"} per example.
+Writes JSONL {"family", "ids", "n_prompt", "answer"} per example. An
+example's optional "context" (a prefix of its completion) counts as prompt
+in n_prompt: the model reads it but is not trained to produce it.
 
 Usage: prep.py IN.jsonl OUT.jsonl [--dsr1 ./dsr1] [--tokenizer PATH]
 """
@@ -25,14 +27,18 @@ def main():
     for e in ex:
         lines.append(json.dumps({"text": e["prompt"]}, ensure_ascii=False))
         lines.append(json.dumps({"text": e["completion"]}, ensure_ascii=False))
+        lines.append(json.dumps({"text": e.get("context", "")}, ensure_ascii=False))
     p = subprocess.run([a.dsr1, "tokenize", "-m", a.tokenizer, "--jsonl"],
                        input=("\n".join(lines) + "\n").encode(), capture_output=True, check=True)
     toks = [json.loads(l)["ids"] for l in p.stdout.decode().splitlines()]
-    assert len(toks) == 2 * len(ex), (len(toks), len(ex))
+    assert len(toks) == 3 * len(ex), (len(toks), len(ex))
     with open(a.out, "w", encoding="utf-8") as f:
         for i, e in enumerate(ex):
-            pi, ci = toks[2 * i], toks[2 * i + 1]
-            f.write(json.dumps({"family": e["family"], "ids": pi + ci, "n_prompt": len(pi),
+            pi, ci, xi = toks[3 * i], toks[3 * i + 1], toks[3 * i + 2]
+            # a context prefix of the completion is not a target (loss
+            # mask), when its tokens are the completion's first ones
+            nx = len(xi) if xi and ci[:len(xi)] == xi else 0
+            f.write(json.dumps({"family": e["family"], "ids": pi + ci, "n_prompt": len(pi) + nx,
                                 "answer": e["answer"]}) + "\n")
 
 
