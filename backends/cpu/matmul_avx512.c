@@ -737,6 +737,76 @@ INLINE __m512bh fp8x32_bf16_mask(const uint8_t *p, int64_t m, fp8_lut l)
     return (__m512bh)fp8_words(_mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(k, p)), l);
 }
 
+/* ---- FP8 by byte tables (AVX-512 VBMI) ----
+ * 64 codes per step instead of 32: the bf16 word of code b is
+ * hi[b & 0x7f] << 8 | lo[b & 0x7f], with b's sign bit OR-ed into hi - two
+ * vpermi2b (128-byte tables in two registers each: the instruction reads 7
+ * index bits and ignores the sign), one ternlogic, then unpacklo/hi_epi8
+ * pair the bytes into words. The tables are dsr1_mm_fp8_bf16's own bits
+ * (fp8_btab_init), so every code - subnormals and the NaN codes included -
+ * gives the same word as the shift/add path and the portable kernel (the
+ * kernel tests cover all 256 codes on both paths). The unpacks work inside 128-bit lanes, so a vpermb first puts
+ * the codes in the order that makes the two word vectors columns 0..31 and
+ * 32..63 exactly as fp8x32_bf16 gives them: the same dot products in the
+ * same lanes, the canonical order unchanged. About 6 instructions per 64
+ * weights where the shift/add path takes about 14. */
+
+#define VBMI static __attribute__((target("avx512vbmi")))
+#define VBMI_INLINE static inline __attribute__((always_inline, target("avx512vbmi")))
+
+/* Built per task from dsr1_mm_fp8_bf16 (128 scalar calls): no global state. */
+typedef struct fp8_btab {
+    _Alignas(64) uint8_t lo[128];
+    _Alignas(64) uint8_t hi[128];
+    _Alignas(64) uint8_t perm[64];
+} fp8_btab;
+
+static void fp8_btab_init(fp8_btab *t)
+{
+    for (int b = 0; b < 128; b++) {
+        uint16_t v = dsr1_mm_fp8_bf16((uint8_t)b);
+        t->hi[b] = (uint8_t)(v >> 8);
+        t->lo[b] = (uint8_t)v;
+    }
+    /* Byte 16q+i of the permuted codes (128-bit lane q) is code 8q+i for
+     * i < 8 (unpacklo: word 8q+i of the first vector) and code 32+8q+(i-8)
+     * for i >= 8 (unpackhi: word 8q+i-8 of the second). */
+    for (int q = 0; q < 4; q++)
+        for (int i = 0; i < 8; i++) {
+            t->perm[16 * q + i] = (uint8_t)(8 * q + i);
+            t->perm[16 * q + 8 + i] = (uint8_t)(32 + 8 * q + i);
+        }
+}
+
+typedef struct fp8_bregs {
+    __m512i lo0, lo1, hi0, hi1, perm;
+} fp8_bregs;
+
+VBMI_INLINE fp8_bregs fp8_bregs_load(const fp8_btab *t)
+{
+    return (fp8_bregs){_mm512_load_si512(t->lo), _mm512_load_si512(t->lo + 64), _mm512_load_si512(t->hi),
+                       _mm512_load_si512(t->hi + 64), _mm512_load_si512(t->perm)};
+}
+
+/* 64 codes (as loaded) -> the bf16 words of columns 0..31 (*w0) and
+ * 32..63 (*w1), the same bits as fp8x32_bf16 on each half. */
+VBMI_INLINE void fp8x64_words(__m512i raw, fp8_bregs t, __m512i *w0, __m512i *w1)
+{
+    __m512i c = _mm512_permutexvar_epi8(t.perm, raw);
+    __m512i lo = _mm512_permutex2var_epi8(t.lo0, c, t.lo1);
+    __m512i hi = _mm512_permutex2var_epi8(t.hi0, c, t.hi1);
+    hi = _mm512_ternarylogic_epi32(hi, c, _mm512_set1_epi8((char)0x80), 0xf8); /* hi | (c & 0x80) */
+    *w0 = _mm512_unpacklo_epi8(lo, hi);
+    *w1 = _mm512_unpackhi_epi8(lo, hi);
+}
+
+/* Codes p[0 .. m) (m < 64 at the end of a span), the rest read as 0. */
+VBMI_INLINE __m512i fp8_load64(const uint8_t *p, int64_t m)
+{
+    if (m >= 64) return _mm512_loadu_si512(p);
+    return _mm512_maskz_loadu_epi8(((__mmask64)1 << m) - 1, p);
+}
+
 /* The block scale of row r at column c (any scale type). */
 INLINE float fp8_scale(const dsr1_wmat *w, int64_t r, int64_t c)
 {
@@ -832,6 +902,70 @@ static void tile_fp8(int rt, int nt, const uint8_t *w, int64_t ldw, const uint16
     FP8_CASES(mk_fp8, w, ldw, xp, ldp, len, out)
 }
 
+/* mk_fp8 with the byte-table decode: 64 columns a step, the two 32-column
+ * halves each one canonical step (a ragged end runs the second only when
+ * it holds columns, as mk_fp8 would). */
+VBMI_INLINE void mk_fp8_vbmi(const int rt, const int nt, const uint8_t *w, int64_t ldw,
+                             const uint16_t *xp, int64_t ldp, int64_t len, float out[MR][NR],
+                             const fp8_btab *tab)
+{
+    const fp8_bregs t = fp8_bregs_load(tab);
+    __m512 acc[MR][NR];
+#pragma GCC unroll 4
+    for (int a = 0; a < rt; a++)
+#pragma GCC unroll 4
+        for (int b = 0; b < nt; b++) acc[a][b] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < len; k += 64) {
+        __m512i w0[MR], w1[MR];
+#pragma GCC unroll 4
+        for (int a = 0; a < rt; a++) {
+            _mm_prefetch((const char *)w + a * ldw + k + PREFETCH, _MM_HINT_T0);
+            fp8x64_words(fp8_load64(w + a * ldw + k, len - k), t, &w0[a], &w1[a]);
+        }
+#pragma GCC unroll 4
+        for (int b = 0; b < nt; b++) {
+            __m512bh xv = (__m512bh)_mm512_load_si512(xp + b * ldp + k);
+#pragma GCC unroll 4
+            for (int a = 0; a < rt; a++) acc[a][b] = _mm512_dpbf16_ps(acc[a][b], (__m512bh)w0[a], xv);
+        }
+        if (len - k <= 32) break;
+#pragma GCC unroll 4
+        for (int b = 0; b < nt; b++) {
+            __m512bh xv = (__m512bh)_mm512_load_si512(xp + b * ldp + k + 32);
+#pragma GCC unroll 4
+            for (int a = 0; a < rt; a++) acc[a][b] = _mm512_dpbf16_ps(acc[a][b], (__m512bh)w1[a], xv);
+        }
+    }
+#pragma GCC unroll 4
+    for (int a = 0; a < rt; a++)
+#pragma GCC unroll 4
+        for (int b = 0; b < nt; b++) out[a][b] = hsum16(acc[a][b]);
+}
+
+VBMI void tile_fp8_vbmi(int rt, int nt, const uint8_t *w, int64_t ldw, const uint16_t *xp,
+                        int64_t ldp, int64_t len, float out[MR][NR], const fp8_btab *tab)
+{
+    FP8_CASES(mk_fp8_vbmi, w, ldw, xp, ldp, len, out, tab)
+}
+
+/* fp8_panel with the byte-table decode. */
+VBMI void fp8_panel_vbmi(const dsr1_wmat *w, int64_t r, int pr, int64_t c0, int64_t len,
+                         uint16_t *buf, int64_t kc, const fp8_btab *tab)
+{
+    const fp8_bregs t = fp8_bregs_load(tab);
+    for (int i = 0; i < pr; i++) {
+        const uint8_t *q = (const uint8_t *)w->data + (r + i) * w->cols + c0;
+        uint16_t *o = buf + i * kc;
+        for (int64_t k = 0; k < len; k += 64) {
+            __m512i w0, w1;
+            _mm_prefetch((const char *)q + k + PREFETCH, _MM_HINT_T0);
+            fp8x64_words(fp8_load64(q + k, len - k), t, &w0, &w1);
+            _mm512_store_si512(o + k, w0);
+            if (len - k > 32) _mm512_store_si512(o + k + 32, w1);
+        }
+    }
+}
+
 /* Codes of rows [r, r+pr), chunk [c0, c0+len) into buf[i][kc], zero padded. */
 static void fp8_panel(const dsr1_wmat *w, int64_t r, int pr, int64_t c0, int64_t len,
                       uint16_t *buf, int64_t kc)
@@ -855,14 +989,18 @@ static void tile_bf16(int rt, int nt, const uint16_t *wb, int64_t ldw, const uin
 /* Rows [rb, re) of one scale block, tokens [t0, t0+nb), one chunk, with
  * x' already in xp: decoded 16-row panels that every token tile reuses. */
 static void fp8_block_chunk(const dsr1_mm_job *j, int64_t rb, int64_t re, int t0, int nb,
-                            int64_t c0, int64_t len, const uint16_t *xp, uint16_t *buf, int panel)
+                            int64_t c0, int64_t len, const uint16_t *xp, uint16_t *buf, int panel,
+                            const fp8_btab *tab)
 {
     const dsr1_wmat *w = j->w;
     const int64_t ld = DSR1_MM_FP8_LDP, padded = (len + 31) & ~(int64_t)31;
     float out[MR][NR];
     for (int64_t p = rb; p < re; p += panel) {
         int pr = (int)(re - p < panel ? re - p : panel);
-        fp8_panel(w, p, pr, c0, len, buf, ld);
+        if (tab)
+            fp8_panel_vbmi(w, p, pr, c0, len, buf, ld, tab);
+        else
+            fp8_panel(w, p, pr, c0, len, buf, ld);
         for (int b0 = 0; b0 < nb; b0 += NR) {
             int nt = nb - b0 < NR ? nb - b0 : NR;
             for (int i = 0; i < pr; i += MR) {
@@ -977,6 +1115,8 @@ static void fp8_gemv(const dsr1_mm_job *j, int64_t r0, int64_t r1)
     const int64_t kc = DSR1_MM_KC_BF16, g = w->group, ldp = j->ldxb;
     uint16_t *xp = j->task_mem; /* [n][ldxb] */
     float out[MR][NR];
+    fp8_btab tab;
+    if (j->vbmi) fp8_btab_init(&tab);
     for (int64_t rb = r0; rb < r1;) {
         int64_t re = (rb / g + 1) * g < r1 ? (rb / g + 1) * g : r1;
         for (int64_t c0 = 0; c0 < w->cols; c0 += kc)
@@ -985,8 +1125,11 @@ static void fp8_gemv(const dsr1_mm_job *j, int64_t r0, int64_t r1)
             int rt = re - r >= MR ? MR : 1;
             for (int64_t c0 = 0; c0 < w->cols; c0 += kc) {
                 int64_t len = w->cols - c0 < kc ? w->cols - c0 : kc;
-                tile_fp8(rt, j->n, (const uint8_t *)w->data + r * w->cols + c0, w->cols, xp + c0,
-                         ldp, len, out);
+                const uint8_t *q = (const uint8_t *)w->data + r * w->cols + c0;
+                if (j->vbmi)
+                    tile_fp8_vbmi(rt, j->n, q, w->cols, xp + c0, ldp, len, out, &tab);
+                else
+                    tile_fp8(rt, j->n, q, w->cols, xp + c0, ldp, len, out);
                 add_chunk(j, r, 0, rt, j->n, c0, out);
             }
             r += rt;
@@ -1013,6 +1156,8 @@ static void rows_fp8_bf16(const dsr1_mm_job *j, int64_t r0, int64_t r1)
     int big = j->task_bytes >= xbytes + DSR1_MM_BIG_BYTES;
     uint16_t *buf = big ? (uint16_t *)((char *)j->task_mem + xbytes) : sbuf;
     int panel = big ? DSR1_MM_BIG_PANEL : PANEL;
+    fp8_btab tab;
+    if (j->vbmi) fp8_btab_init(&tab);
     for (int t0 = 0; t0 < j->n; t0 += DSR1_MM_FP8_TB) {
         int nb = j->n - t0 < DSR1_MM_FP8_TB ? j->n - t0 : DSR1_MM_FP8_TB;
         for (int64_t rb = r0; rb < r1;) {
@@ -1020,7 +1165,7 @@ static void rows_fp8_bf16(const dsr1_mm_job *j, int64_t r0, int64_t r1)
             for (int64_t c0 = 0; c0 < w->cols; c0 += kc) {
                 int64_t len = w->cols - c0 < kc ? w->cols - c0 : kc;
                 fp8_prep_x(j, rb, t0, nb, c0, len, xp, DSR1_MM_FP8_LDP);
-                fp8_block_chunk(j, rb, re, t0, nb, c0, len, xp, buf, panel);
+                fp8_block_chunk(j, rb, re, t0, nb, c0, len, xp, buf, panel, j->vbmi ? &tab : NULL);
             }
             rb = re;
         }
