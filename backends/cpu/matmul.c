@@ -45,6 +45,12 @@ int dsr1_mm_vbmi_usable(void)
 #endif
 }
 
+const char *dsr1_mm_kernels_name(void)
+{
+    if (!dsr1_mm_avx512_usable()) return "portable";
+    return dsr1_mm_vbmi_usable() ? "avx512-bf16-vnni-vbmi" : "avx512-bf16-vnni";
+}
+
 /* ---- portable kernels ------------------------------------------------------- */
 
 /* float32 multiply with flush-to-zero on denormal inputs, as vdpbf16ps. */

@@ -18,10 +18,14 @@
  *   registers (three instructions per 64), vpdpbusd against xq with the
  *   -8 offset folded into the accumulators' start, per-lane float sums.
  *   FP8 in BF16 mode has its own path (matmul_impl.h): the e4m3 bytes become
- *   exact bf16 by shift/add plus a 5-bit table for the subnormals, the block
- *   scale goes into x' (prepared per 128-row block in the task's scratch,
- *   token by token); n <= 4 decodes in registers row by row, more through
- *   decoded 64-row panels (16 without the task's scratch).
+ *   exact bf16 - with AVX-512 VBMI by two byte tables, 64 codes in about 6
+ *   instructions (vpermb, 2 vpermi2b, ternlogic, 2 unpacks), else by
+ *   shift/add plus a 5-bit table for the subnormals, 32 codes in about 7;
+ *   both give dsr1_mm_fp8_bf16's bits - the block scale goes into x'
+ *   (prepared per 128-row block in the task's scratch, token by token);
+ *   n <= 4 decodes in registers row by row, prefetching one tile of rows
+ *   ahead into L2, more through decoded 64-row panels (16 without the
+ *   task's scratch).
  *   The activations' preparation (bf16 rounding, W8A8 quantisation) has
  *   vector versions here too, called by matmul.c with the same results.
  *   INT4 GEMV in BF16 mode has a dedicated kernel too (per-group code table,
@@ -697,6 +701,10 @@ static void add_chunk(const dsr1_mm_job *j, int64_t r, int t0, int rt, int nt, i
 
 /* ---- FP8 in BF16 mode: exact codes, scale folded into x ----------------------- */
 
+/* Two decoders give the same bf16 words: the shift/add one below (any
+ * AVX-512 BF16 CPU) and the byte-table one after it (VBMI: Ice Lake and
+ * later, Zen 4; job.vbmi). The GEMV and the panels pick per job. */
+
 /* bf16 bits of the e4m3 subnormals m * 2^-9 (dsr1_mm_fp8_bf16), twice:
  * vpermw reads 5 index bits. */
 static const uint16_t fp8_sub[32] = {
@@ -745,11 +753,12 @@ INLINE __m512bh fp8x32_bf16_mask(const uint8_t *p, int64_t m, fp8_lut l)
  * pair the bytes into words. The tables are dsr1_mm_fp8_bf16's own bits
  * (fp8_btab_init), so every code - subnormals and the NaN codes included -
  * gives the same word as the shift/add path and the portable kernel (the
- * kernel tests cover all 256 codes on both paths). The unpacks work inside 128-bit lanes, so a vpermb first puts
- * the codes in the order that makes the two word vectors columns 0..31 and
- * 32..63 exactly as fp8x32_bf16 gives them: the same dot products in the
- * same lanes, the canonical order unchanged. About 6 instructions per 64
- * weights where the shift/add path takes about 14. */
+ * kernel tests cover all 256 codes on both paths). The unpacks work inside
+ * 128-bit lanes, so a vpermb first puts the codes in the order that makes
+ * the two word vectors columns 0..31 and 32..63 exactly as fp8x32_bf16
+ * gives them: the same dot products in the same lanes, the canonical order
+ * unchanged. About 6 instructions per 64 weights where the shift/add path
+ * takes about 14. */
 
 #define VBMI static __attribute__((target("avx512vbmi")))
 #define VBMI_INLINE static inline __attribute__((always_inline, target("avx512vbmi")))
@@ -784,8 +793,9 @@ typedef struct fp8_bregs {
 
 VBMI_INLINE fp8_bregs fp8_bregs_load(const fp8_btab *t)
 {
-    return (fp8_bregs){_mm512_load_si512(t->lo), _mm512_load_si512(t->lo + 64), _mm512_load_si512(t->hi),
-                       _mm512_load_si512(t->hi + 64), _mm512_load_si512(t->perm)};
+    return (fp8_bregs){_mm512_load_si512(t->lo), _mm512_load_si512(t->lo + 64),
+                       _mm512_load_si512(t->hi), _mm512_load_si512(t->hi + 64),
+                       _mm512_load_si512(t->perm)};
 }
 
 /* 64 codes (as loaded) -> the bf16 words of columns 0..31 (*w0) and

@@ -129,6 +129,9 @@ int dsr1_mm_avx512_usable(void);
 /* Whether this CPU also has AVX-512 VBMI (vpermb, vpermi2b): the FP8 byte
  * table decode. Not implied by the above (Cooper Lake lacks it). */
 int dsr1_mm_vbmi_usable(void);
+/* The kernel set dsr1_matmul runs here, as the start-up line names it:
+ * "avx512-bf16-vnni-vbmi", "avx512-bf16-vnni" or "portable". */
+const char *dsr1_mm_kernels_name(void);
 
 /* Read `bytes` once with 64-byte loads, software prefetch `prefetch` bytes
  * ahead (0: none); returns a value depending on every byte
