@@ -1150,7 +1150,10 @@ static void int4_gemv(const dsr1_mm_job *j, int64_t r0, int64_t r1)
 
 /* GEMV (n <= 4): x' of the whole row block first, then each 4-row tile
  * streams its rows from start to end (long sequential runs, which the
- * prefetchers follow; chunk by chunk across many rows they would not). */
+ * prefetchers follow; chunk by chunk across many rows they would not).
+ * Profiled with the byte-table decode (perf cpu-clock, 2048x7168, n = 1,
+ * one thread, Zen 4): x' preparation about 5% of the time, add_chunk
+ * about 2%, the rest the tile kernel. */
 static void fp8_gemv(const dsr1_mm_job *j, int64_t r0, int64_t r1)
 {
     const dsr1_wmat *w = j->w;
