@@ -244,38 +244,92 @@ DSR1_TEST(kernels_dequant_all_codes)
     }
 }
 
-/* FP8 in BF16 mode keeps every finite e4m3 value exact (scale on x): with
- * one-hot x every output is one weight times the scale, exactly, in the
- * portable and the AVX-512 kernels, GEMV (n <= 4) and panel paths alike. */
+/* The kernels the FP8 BF16-mode tests compare: the portable one, the
+ * AVX-512 one as dsr1_matmul picks it (VBMI byte tables where the CPU has
+ * them) and the AVX-512 shift/add fallback (CPUs without VBMI). */
+static const dsr1_mm_kernel fp8_kernels[] = {DSR1_MM_PORTABLE, DSR1_MM_AVX512, DSR1_MM_AVX512_NOVBMI};
+static const char *fp8_kernel_name[] = {"portable", "avx512", "avx512-novbmi"};
+
+/* FP8 in BF16 mode keeps every e4m3 code's value exact (scale on x): with
+ * one-hot x every output is one weight times the scale, exactly, in every
+ * kernel, GEMV (n <= 4) and panel paths alike. All 256 codes, NaN codes
+ * included (dsr1_mm_fp8_bf16 reads them as +-480, the table decode must
+ * too), each twice: at column c and at 256 + (c - 7) mod 256, so at two
+ * positions of a 64-code step and under two scales. */
 DSR1_TEST(kernels_fp8_bf16_exact_codes)
 {
     enum { COLS = 256 };
     uint8_t codes[2 * COLS];
     float scale[4] = {0.125f, 3.0f, 1024.0f, 0x1p-20f}; /* [1 row block][4 column blocks] */
-    for (int i = 0; i < COLS; i++) codes[i] = codes[COLS + i] = (uint8_t)i;
+    for (int i = 0; i < COLS; i++) {
+        codes[i] = (uint8_t)i;
+        codes[COLS + i] = (uint8_t)(i + 7);
+    }
     dsr1_wmat w = {.type = DSR1_T_FP8_E4M3, .rows = 1, .cols = 2 * COLS, .data = codes,
                    .scale = scale, .scale_type = DSR1_T_F32, .group = 128};
     float *x = calloc((size_t)2 * COLS * 2 * COLS, sizeof *x), y[2 * COLS];
     for (int i = 0; i < 2 * COLS; i++) x[i * 2 * COLS + i] = 1.0f;
     static const int ns[] = {1, 3, 4, 5, 64};
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < 3; k++)
         for (int ni = 0; ni < 5; ni++) {
             int bad = 0;
             for (int tok0 = 0; tok0 < 2 * COLS; tok0 += ns[ni]) {
                 int n = 2 * COLS - tok0 < ns[ni] ? 2 * COLS - tok0 : ns[ni];
                 dsr1_matmul_with(NULL, &w, x + tok0 * 2 * COLS, 2 * COLS, y + tok0, 1, n,
-                                 DSR1_ACT_BF16, k ? DSR1_MM_AVX512 : DSR1_MM_PORTABLE);
+                                 DSR1_ACT_BF16, fp8_kernels[k]);
             }
             for (int i = 0; i < 2 * COLS; i++) {
-                uint8_t c = (uint8_t)(i % COLS);
-                if ((c & 0x7f) == 0x7f) continue; /* NaN codes: no weight */
-                float want = dsr1_fp8e4m3_to_f32(c) * scale[i / 128];
+                uint8_t c = codes[i];
+                float want = dsr1_bf16_to_f32(dsr1_mm_fp8_bf16(c)) * scale[i / 128];
+                if ((c & 0x7f) != 0x7f) CHECK(want == dsr1_fp8e4m3_to_f32(c) * scale[i / 128]);
                 bad += memcmp(&want, &y[i], 4) != 0 && !(want == 0 && y[i] == 0);
             }
-            CHECKF(bad == 0, "%s n=%d: %d of %d fp8 codes not exact", k ? "avx512" : "portable",
+            CHECKF(bad == 0, "%s n=%d: %d of %d fp8 codes not exact", fp8_kernel_name[k],
                    ns[ni], bad, 2 * COLS);
         }
     free(x);
+}
+
+/* The VBMI byte-table decode and the shift/add fallback against the
+ * portable kernel, bit for bit, on random codes (every byte, NaN codes
+ * too): column counts whose last step is whole, 32 codes, under 32 and
+ * between 32 and 64 (the 64-code steps' ragged ends), ragged 4-row
+ * tiles, GEMV and panel token counts, 1 and 2 threads. */
+DSR1_TEST(kernels_fp8_vbmi_matches_fallback)
+{
+    if (!dsr1_mm_avx512_usable())
+        DSR1_SKIP("no AVX-512 BF16/VNNI kernels on this CPU: %s", "neither FP8 vector path runs");
+    static const int64_t colss[] = {2112, 2080, 2069, 2100, 301, 64};
+    static const int ns[] = {1, 2, 4, 5, 9};
+    dsr1_pool *pool = NULL;
+    dsr1_error err = {0};
+    CHECK_OK(dsr1_pool_create(&pool, 2, &err), &err);
+    for (size_t ci = 0; ci < sizeof colss / sizeof *colss; ci++) {
+        int64_t rows = 133, cols = colss[ci];
+        tmat m = dsr1_test_mat(DSR1_T_FP8_E4M3, rows, cols, 0, 40 + ci);
+        rng g = {41 + ci};
+        uint8_t *codes = m.data;
+        for (int64_t i = 0; i < rows * cols; i++)
+            if (dsr1_test_rnd(&g) % 4 == 0) codes[i] = (uint8_t)dsr1_test_rnd(&g);
+        for (int ni = 0; ni < 5; ni++) {
+            int n = ns[ni];
+            float *x = make_x(n, cols + 3, 42 + (uint64_t)n);
+            size_t bytes = (size_t)(n * rows) * 4;
+            float *y[3];
+            for (int k = 0; k < 3; k++) {
+                y[k] = malloc(bytes);
+                dsr1_matmul_with(k ? pool : NULL, &m.w, x, cols + 3, y[k], rows, n, DSR1_ACT_BF16,
+                                 fp8_kernels[k]);
+            }
+            for (int k = 1; k < 3; k++)
+                CHECKF(!memcmp(y[k], y[0], bytes), "%s %lldx%lld n=%d: differs from portable",
+                       fp8_kernel_name[k], (long long)rows, (long long)cols, n);
+            for (int k = 0; k < 3; k++) free(y[k]);
+            free(x);
+        }
+        dsr1_test_mat_free(&m);
+    }
+    dsr1_pool_free(pool);
 }
 
 /* dsr1_ffn_gate_up is exactly silu(gate) * up from two matmuls. */

@@ -29,7 +29,7 @@
 #include <string.h>
 
 #include "cpu_backend.h"
-#include "matmul_impl.h" /* dsr1_mm_avx512_usable: the variant named at start */
+#include "matmul_impl.h" /* dsr1_mm_kernels_name: the variant named at start */
 
 /* ---- device and workspace ---------------------------------------------------- */
 
@@ -37,8 +37,7 @@ static void cpu_destroy(void *dev);
 
 static int cpu_probe(char *why, size_t n)
 {
-    if (why && n) snprintf(why, n, "%s kernels",
-                           dsr1_mm_avx512_usable() ? "avx512-bf16-vnni" : "portable");
+    if (why && n) snprintf(why, n, "%s kernels", dsr1_mm_kernels_name());
     return 1;
 }
 
@@ -124,7 +123,7 @@ static const char *cpu_describe(void *dev)
     char numa[sizeof d->desc];
     dsr1_cpu_numa_describe(d, numa, sizeof numa);
     snprintf(d->desc, sizeof d->desc, "cpu (%s kernels, %d threads, %s%s%s)",
-             dsr1_mm_avx512_usable() ? "avx512-bf16-vnni" : "portable", dsr1_pool_size(d->pool),
+             dsr1_mm_kernels_name(), dsr1_pool_size(d->pool),
              d->mode, d->topo ? ", " : "", d->topo ? numa : "");
     return d->desc;
 }

@@ -210,5 +210,5 @@ const char *dsr1_hw_backend(const dsr1_hw *hw)
 
 const char *dsr1_hw_kernels(const dsr1_hw *hw)
 {
-    return hw->kernels_avx512 ? "avx512-bf16-vnni" : "portable";
+    return hw->kernels_avx512 ? dsr1_mm_kernels_name() : "portable";
 }

@@ -45,7 +45,8 @@ void dsr1_hw_detect(dsr1_hw *hw);
 /* The backend `--backend auto` chooses ("cpu": no GPU backend is built). */
 const char *dsr1_hw_backend(const dsr1_hw *hw);
 
-/* Short description of the CPU kernel set: "avx512-bf16-vnni" or "portable". */
+/* Short description of the CPU kernel set: "avx512-bf16-vnni-vbmi" (the
+ * FP8 byte-table decode runs), "avx512-bf16-vnni" or "portable". */
 const char *dsr1_hw_kernels(const dsr1_hw *hw);
 
 /* The bandwidth probe (membw.c). A buffer of `bytes` is read in every

@@ -36,6 +36,21 @@ int dsr1_mm_avx512_usable(void)
 #endif
 }
 
+int dsr1_mm_vbmi_usable(void)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    return dsr1_mm_avx512_usable() && __builtin_cpu_supports("avx512vbmi");
+#else
+    return 0;
+#endif
+}
+
+const char *dsr1_mm_kernels_name(void)
+{
+    if (!dsr1_mm_avx512_usable()) return "portable";
+    return dsr1_mm_vbmi_usable() ? "avx512-bf16-vnni-vbmi" : "avx512-bf16-vnni";
+}
+
 /* ---- portable kernels ------------------------------------------------------- */
 
 /* float32 multiply with flush-to-zero on denormal inputs, as vdpbf16ps. */
@@ -357,6 +372,7 @@ static void matmul_run(dsr1_pool *p, const dsr1_wmat *w, const dsr1_wmat *up, co
     size_t total = bytes + tmp_bytes + (size_t)ntasks * j.task_bytes;
     void *mem = NULL, *owned = NULL;
     int avx = k == DSR1_MM_PORTABLE ? 0 : p ? dsr1_pool_avx512(p) : dsr1_mm_avx512_usable();
+    j.vbmi = avx && k != DSR1_MM_AVX512_NOVBMI && dsr1_mm_vbmi_usable();
     if (total) {
         mem = p ? dsr1_pool_scratch(p, total) : NULL;
         if (!mem) mem = owned = aligned_alloc(64, total);

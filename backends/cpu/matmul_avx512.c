@@ -18,10 +18,14 @@
  *   registers (three instructions per 64), vpdpbusd against xq with the
  *   -8 offset folded into the accumulators' start, per-lane float sums.
  *   FP8 in BF16 mode has its own path (matmul_impl.h): the e4m3 bytes become
- *   exact bf16 by shift/add plus a 5-bit table for the subnormals, the block
- *   scale goes into x' (prepared per 128-row block in the task's scratch,
- *   token by token); n <= 4 decodes in registers row by row, more through
- *   decoded 64-row panels (16 without the task's scratch).
+ *   exact bf16 - with AVX-512 VBMI by two byte tables, 64 codes in about 6
+ *   instructions (vpermb, 2 vpermi2b, ternlogic, 2 unpacks), else by
+ *   shift/add plus a 5-bit table for the subnormals, 32 codes in about 7;
+ *   both give dsr1_mm_fp8_bf16's bits - the block scale goes into x'
+ *   (prepared per 128-row block in the task's scratch, token by token);
+ *   n <= 4 decodes in registers row by row, prefetching one tile of rows
+ *   ahead into L2, more through decoded 64-row panels (16 without the
+ *   task's scratch).
  *   The activations' preparation (bf16 rounding, W8A8 quantisation) has
  *   vector versions here too, called by matmul.c with the same results.
  *   INT4 GEMV in BF16 mode has a dedicated kernel too (per-group code table,
@@ -697,6 +701,10 @@ static void add_chunk(const dsr1_mm_job *j, int64_t r, int t0, int rt, int nt, i
 
 /* ---- FP8 in BF16 mode: exact codes, scale folded into x ----------------------- */
 
+/* Two decoders give the same bf16 words: the shift/add one below (any
+ * AVX-512 BF16 CPU) and the byte-table one after it (VBMI: Ice Lake and
+ * later, Zen 4; job.vbmi). The GEMV and the panels pick per job. */
+
 /* bf16 bits of the e4m3 subnormals m * 2^-9 (dsr1_mm_fp8_bf16), twice:
  * vpermw reads 5 index bits. */
 static const uint16_t fp8_sub[32] = {
@@ -735,6 +743,78 @@ INLINE __m512bh fp8x32_bf16_mask(const uint8_t *p, int64_t m, fp8_lut l)
 {
     __mmask32 k = m >= 32 ? 0xffffffffu : (__mmask32)((1u << m) - 1);
     return (__m512bh)fp8_words(_mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(k, p)), l);
+}
+
+/* ---- FP8 by byte tables (AVX-512 VBMI) ----
+ * 64 codes per step instead of 32: the bf16 word of code b is
+ * hi[b & 0x7f] << 8 | lo[b & 0x7f], with b's sign bit OR-ed into hi - two
+ * vpermi2b (128-byte tables in two registers each: the instruction reads 7
+ * index bits and ignores the sign), one ternlogic, then unpacklo/hi_epi8
+ * pair the bytes into words. The tables are dsr1_mm_fp8_bf16's own bits
+ * (fp8_btab_init), so every code - subnormals and the NaN codes included -
+ * gives the same word as the shift/add path and the portable kernel (the
+ * kernel tests cover all 256 codes on both paths). The unpacks work inside
+ * 128-bit lanes, so a vpermb first puts the codes in the order that makes
+ * the two word vectors columns 0..31 and 32..63 exactly as fp8x32_bf16
+ * gives them: the same dot products in the same lanes, the canonical order
+ * unchanged. About 6 instructions per 64 weights where the shift/add path
+ * takes about 14. */
+
+#define VBMI static __attribute__((target("avx512vbmi")))
+#define VBMI_INLINE static inline __attribute__((always_inline, target("avx512vbmi")))
+
+/* Built per task from dsr1_mm_fp8_bf16 (128 scalar calls): no global state. */
+typedef struct fp8_btab {
+    _Alignas(64) uint8_t lo[128];
+    _Alignas(64) uint8_t hi[128];
+    _Alignas(64) uint8_t perm[64];
+} fp8_btab;
+
+static void fp8_btab_init(fp8_btab *t)
+{
+    for (int b = 0; b < 128; b++) {
+        uint16_t v = dsr1_mm_fp8_bf16((uint8_t)b);
+        t->hi[b] = (uint8_t)(v >> 8);
+        t->lo[b] = (uint8_t)v;
+    }
+    /* Byte 16q+i of the permuted codes (128-bit lane q) is code 8q+i for
+     * i < 8 (unpacklo: word 8q+i of the first vector) and code 32+8q+(i-8)
+     * for i >= 8 (unpackhi: word 8q+i-8 of the second). */
+    for (int q = 0; q < 4; q++)
+        for (int i = 0; i < 8; i++) {
+            t->perm[16 * q + i] = (uint8_t)(8 * q + i);
+            t->perm[16 * q + 8 + i] = (uint8_t)(32 + 8 * q + i);
+        }
+}
+
+typedef struct fp8_bregs {
+    __m512i lo0, lo1, hi0, hi1, perm;
+} fp8_bregs;
+
+VBMI_INLINE fp8_bregs fp8_bregs_load(const fp8_btab *t)
+{
+    return (fp8_bregs){_mm512_load_si512(t->lo), _mm512_load_si512(t->lo + 64),
+                       _mm512_load_si512(t->hi), _mm512_load_si512(t->hi + 64),
+                       _mm512_load_si512(t->perm)};
+}
+
+/* 64 codes (as loaded) -> the bf16 words of columns 0..31 (*w0) and
+ * 32..63 (*w1), the same bits as fp8x32_bf16 on each half. */
+VBMI_INLINE void fp8x64_words(__m512i raw, fp8_bregs t, __m512i *w0, __m512i *w1)
+{
+    __m512i c = _mm512_permutexvar_epi8(t.perm, raw);
+    __m512i lo = _mm512_permutex2var_epi8(t.lo0, c, t.lo1);
+    __m512i hi = _mm512_permutex2var_epi8(t.hi0, c, t.hi1);
+    hi = _mm512_ternarylogic_epi32(hi, c, _mm512_set1_epi8((char)0x80), 0xf8); /* hi | (c & 0x80) */
+    *w0 = _mm512_unpacklo_epi8(lo, hi);
+    *w1 = _mm512_unpackhi_epi8(lo, hi);
+}
+
+/* Codes p[0 .. m) (m < 64 at the end of a span), the rest read as 0. */
+VBMI_INLINE __m512i fp8_load64(const uint8_t *p, int64_t m)
+{
+    if (m >= 64) return _mm512_loadu_si512(p);
+    return _mm512_maskz_loadu_epi8(((__mmask64)1 << m) - 1, p);
 }
 
 /* The block scale of row r at column c (any scale type). */
@@ -785,6 +865,22 @@ static void fp8_prep_x(const dsr1_mm_job *j, int64_t r, int t0, int nb, int64_t 
     }
 }
 
+/* The GEMV's software prefetch: the same line of the row one tile (MR
+ * rows) further on, into L2. The tiles stream their rows whole, one after
+ * the other, so that is the line this row position reads next; a distance
+ * along the row instead (PREFETCH bytes) ran into the next row of the same
+ * tile at the end of each row - lines already read - and left the next
+ * tile's rows to the hardware prefetcher. Measured on a 132 MB FP8 matrix,
+ * one core, Zen 4 (byte-table decode): 4 KiB along the row into L1 about
+ * 12 GB/s, into L2 11-14, one tile ahead into L1 11-14, one tile ahead into
+ * L2 17-19 (two tiles ahead, or _MM_HINT_T2: the same); the hint matters
+ * presumably because L1 prefetches hold L1 miss buffers. Past the last row
+ * it touches other rows or no mapping: prefetches do not fault. */
+INLINE void fp8_prefetch(const uint8_t *p, int64_t ldw)
+{
+    _mm_prefetch((const char *)p + MR * ldw, _MM_HINT_T1);
+}
+
 /* GEMV tile: rows w[a] (stride ldw bytes) x tokens xp[b], codes decoded in
  * registers, each weight byte read once for all nt tokens. */
 INLINE void mk_fp8(const int rt, const int nt, const uint8_t *w, int64_t ldw, const uint16_t *xp,
@@ -800,7 +896,7 @@ INLINE void mk_fp8(const int rt, const int nt, const uint8_t *w, int64_t ldw, co
         __m512bh wv[MR];
 #pragma GCC unroll 4
         for (int a = 0; a < rt; a++) {
-            _mm_prefetch((const char *)w + a * ldw + k + PREFETCH, _MM_HINT_T0);
+            if (k % 64 == 0) fp8_prefetch(w + a * ldw + k, ldw);
             wv[a] = len - k >= 32 ? fp8x32_bf16(w + a * ldw + k, l)
                                   : fp8x32_bf16_mask(w + a * ldw + k, len - k, l);
         }
@@ -832,6 +928,88 @@ static void tile_fp8(int rt, int nt, const uint8_t *w, int64_t ldw, const uint16
     FP8_CASES(mk_fp8, w, ldw, xp, ldp, len, out)
 }
 
+/* One 64-column step of mk_fp8_vbmi: rows' codes decoded, then the two
+ * 32-column halves, each a canonical step (the second only when `two`). */
+VBMI_INLINE void fp8_step_vbmi(const int rt, const int nt, const __m512i raw[MR], fp8_bregs t,
+                               const uint16_t *xp, int64_t ldp, int two, __m512 acc[MR][NR])
+{
+    __m512i w0[MR], w1[MR];
+#pragma GCC unroll 4
+    for (int a = 0; a < rt; a++) fp8x64_words(raw[a], t, &w0[a], &w1[a]);
+#pragma GCC unroll 4
+    for (int b = 0; b < nt; b++) {
+        __m512bh xv = (__m512bh)_mm512_load_si512(xp + b * ldp);
+#pragma GCC unroll 4
+        for (int a = 0; a < rt; a++) acc[a][b] = _mm512_dpbf16_ps(acc[a][b], (__m512bh)w0[a], xv);
+    }
+    if (!two) return;
+#pragma GCC unroll 4
+    for (int b = 0; b < nt; b++) {
+        __m512bh xv = (__m512bh)_mm512_load_si512(xp + b * ldp + 32);
+#pragma GCC unroll 4
+        for (int a = 0; a < rt; a++) acc[a][b] = _mm512_dpbf16_ps(acc[a][b], (__m512bh)w1[a], xv);
+    }
+}
+
+/* mk_fp8 with the byte-table decode: 64 columns a step; a ragged end
+ * (masked load, codes past it read as 0) runs its second 32-column half
+ * only when that holds columns, as mk_fp8 would. */
+VBMI_INLINE void mk_fp8_vbmi(const int rt, const int nt, const uint8_t *w, int64_t ldw,
+                             const uint16_t *xp, int64_t ldp, int64_t len, float out[MR][NR],
+                             const fp8_btab *tab)
+{
+    const fp8_bregs t = fp8_bregs_load(tab);
+    __m512 acc[MR][NR];
+    __m512i raw[MR];
+#pragma GCC unroll 4
+    for (int a = 0; a < rt; a++)
+#pragma GCC unroll 4
+        for (int b = 0; b < nt; b++) acc[a][b] = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 64 <= len; k += 64) {
+#pragma GCC unroll 4
+        for (int a = 0; a < rt; a++) {
+            fp8_prefetch(w + a * ldw + k, ldw);
+            raw[a] = _mm512_loadu_si512(w + a * ldw + k);
+        }
+        fp8_step_vbmi(rt, nt, raw, t, xp + k, ldp, 1, acc);
+    }
+    if (k < len) {
+        __mmask64 m = ((__mmask64)1 << (len - k)) - 1;
+#pragma GCC unroll 4
+        for (int a = 0; a < rt; a++) raw[a] = _mm512_maskz_loadu_epi8(m, w + a * ldw + k);
+        fp8_step_vbmi(rt, nt, raw, t, xp + k, ldp, len - k > 32, acc);
+    }
+#pragma GCC unroll 4
+    for (int a = 0; a < rt; a++)
+#pragma GCC unroll 4
+        for (int b = 0; b < nt; b++) out[a][b] = hsum16(acc[a][b]);
+}
+
+VBMI void tile_fp8_vbmi(int rt, int nt, const uint8_t *w, int64_t ldw, const uint16_t *xp,
+                        int64_t ldp, int64_t len, float out[MR][NR], const fp8_btab *tab)
+{
+    FP8_CASES(mk_fp8_vbmi, w, ldw, xp, ldp, len, out, tab)
+}
+
+/* fp8_panel with the byte-table decode. */
+VBMI void fp8_panel_vbmi(const dsr1_wmat *w, int64_t r, int pr, int64_t c0, int64_t len,
+                         uint16_t *buf, int64_t kc, const fp8_btab *tab)
+{
+    const fp8_bregs t = fp8_bregs_load(tab);
+    for (int i = 0; i < pr; i++) {
+        const uint8_t *q = (const uint8_t *)w->data + (r + i) * w->cols + c0;
+        uint16_t *o = buf + i * kc;
+        for (int64_t k = 0; k < len; k += 64) {
+            __m512i w0, w1;
+            _mm_prefetch((const char *)q + k + PREFETCH, _MM_HINT_T0);
+            fp8x64_words(fp8_load64(q + k, len - k), t, &w0, &w1);
+            _mm512_store_si512(o + k, w0);
+            if (len - k > 32) _mm512_store_si512(o + k + 32, w1);
+        }
+    }
+}
+
 /* Codes of rows [r, r+pr), chunk [c0, c0+len) into buf[i][kc], zero padded. */
 static void fp8_panel(const dsr1_wmat *w, int64_t r, int pr, int64_t c0, int64_t len,
                       uint16_t *buf, int64_t kc)
@@ -855,14 +1033,18 @@ static void tile_bf16(int rt, int nt, const uint16_t *wb, int64_t ldw, const uin
 /* Rows [rb, re) of one scale block, tokens [t0, t0+nb), one chunk, with
  * x' already in xp: decoded 16-row panels that every token tile reuses. */
 static void fp8_block_chunk(const dsr1_mm_job *j, int64_t rb, int64_t re, int t0, int nb,
-                            int64_t c0, int64_t len, const uint16_t *xp, uint16_t *buf, int panel)
+                            int64_t c0, int64_t len, const uint16_t *xp, uint16_t *buf, int panel,
+                            const fp8_btab *tab)
 {
     const dsr1_wmat *w = j->w;
     const int64_t ld = DSR1_MM_FP8_LDP, padded = (len + 31) & ~(int64_t)31;
     float out[MR][NR];
     for (int64_t p = rb; p < re; p += panel) {
         int pr = (int)(re - p < panel ? re - p : panel);
-        fp8_panel(w, p, pr, c0, len, buf, ld);
+        if (tab)
+            fp8_panel_vbmi(w, p, pr, c0, len, buf, ld, tab);
+        else
+            fp8_panel(w, p, pr, c0, len, buf, ld);
         for (int b0 = 0; b0 < nb; b0 += NR) {
             int nt = nb - b0 < NR ? nb - b0 : NR;
             for (int i = 0; i < pr; i += MR) {
@@ -970,13 +1152,18 @@ static void int4_gemv(const dsr1_mm_job *j, int64_t r0, int64_t r1)
 
 /* GEMV (n <= 4): x' of the whole row block first, then each 4-row tile
  * streams its rows from start to end (long sequential runs, which the
- * prefetchers follow; chunk by chunk across many rows they would not). */
+ * prefetchers follow; chunk by chunk across many rows they would not).
+ * Profiled with the byte-table decode (perf cpu-clock, 2048x7168, n = 1,
+ * one thread, Zen 4): x' preparation about 5% of the time, add_chunk
+ * about 2%, the rest the tile kernel. */
 static void fp8_gemv(const dsr1_mm_job *j, int64_t r0, int64_t r1)
 {
     const dsr1_wmat *w = j->w;
     const int64_t kc = DSR1_MM_KC_BF16, g = w->group, ldp = j->ldxb;
     uint16_t *xp = j->task_mem; /* [n][ldxb] */
     float out[MR][NR];
+    fp8_btab tab;
+    if (j->vbmi) fp8_btab_init(&tab);
     for (int64_t rb = r0; rb < r1;) {
         int64_t re = (rb / g + 1) * g < r1 ? (rb / g + 1) * g : r1;
         for (int64_t c0 = 0; c0 < w->cols; c0 += kc)
@@ -985,8 +1172,11 @@ static void fp8_gemv(const dsr1_mm_job *j, int64_t r0, int64_t r1)
             int rt = re - r >= MR ? MR : 1;
             for (int64_t c0 = 0; c0 < w->cols; c0 += kc) {
                 int64_t len = w->cols - c0 < kc ? w->cols - c0 : kc;
-                tile_fp8(rt, j->n, (const uint8_t *)w->data + r * w->cols + c0, w->cols, xp + c0,
-                         ldp, len, out);
+                const uint8_t *q = (const uint8_t *)w->data + r * w->cols + c0;
+                if (j->vbmi)
+                    tile_fp8_vbmi(rt, j->n, q, w->cols, xp + c0, ldp, len, out, &tab);
+                else
+                    tile_fp8(rt, j->n, q, w->cols, xp + c0, ldp, len, out);
                 add_chunk(j, r, 0, rt, j->n, c0, out);
             }
             r += rt;
@@ -1013,6 +1203,8 @@ static void rows_fp8_bf16(const dsr1_mm_job *j, int64_t r0, int64_t r1)
     int big = j->task_bytes >= xbytes + DSR1_MM_BIG_BYTES;
     uint16_t *buf = big ? (uint16_t *)((char *)j->task_mem + xbytes) : sbuf;
     int panel = big ? DSR1_MM_BIG_PANEL : PANEL;
+    fp8_btab tab;
+    if (j->vbmi) fp8_btab_init(&tab);
     for (int t0 = 0; t0 < j->n; t0 += DSR1_MM_FP8_TB) {
         int nb = j->n - t0 < DSR1_MM_FP8_TB ? j->n - t0 : DSR1_MM_FP8_TB;
         for (int64_t rb = r0; rb < r1;) {
@@ -1020,7 +1212,7 @@ static void rows_fp8_bf16(const dsr1_mm_job *j, int64_t r0, int64_t r1)
             for (int64_t c0 = 0; c0 < w->cols; c0 += kc) {
                 int64_t len = w->cols - c0 < kc ? w->cols - c0 : kc;
                 fp8_prep_x(j, rb, t0, nb, c0, len, xp, DSR1_MM_FP8_LDP);
-                fp8_block_chunk(j, rb, re, t0, nb, c0, len, xp, buf, panel);
+                fp8_block_chunk(j, rb, re, t0, nb, c0, len, xp, buf, panel, j->vbmi ? &tab : NULL);
             }
             rb = re;
         }

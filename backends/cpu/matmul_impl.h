@@ -70,6 +70,8 @@ typedef struct dsr1_mm_job {
     int64_t ldy;
     void *task_mem;          /* this task's own scratch, task_bytes (64-aligned) */
     size_t task_bytes;
+    int vbmi;                /* AVX-512 VBMI usable: FP8 decodes by byte tables
+                                (dsr1_mm_vbmi_usable(), off for DSR1_MM_AVX512_NOVBMI) */
 } dsr1_mm_job;
 
 /* Tokens per block of the FP8 BF16-mode x' buffer: task_mem holds
@@ -88,7 +90,14 @@ typedef struct dsr1_mm_job {
 #define DSR1_MM_BIG_PANEL 64
 #define DSR1_MM_BIG_BYTES ((size_t)DSR1_MM_BIG_PANEL * DSR1_MM_FP8_LDP * 2)
 
-typedef enum { DSR1_MM_AUTO = 0, DSR1_MM_PORTABLE = 1, DSR1_MM_AVX512 = 2 } dsr1_mm_kernel;
+/* DSR1_MM_AVX512_NOVBMI: the AVX-512 kernels without their VBMI paths, as a
+ * CPU with AVX-512 BF16 but no VBMI (Cooper Lake) runs them; for tests. */
+typedef enum {
+    DSR1_MM_AUTO = 0,
+    DSR1_MM_PORTABLE = 1,
+    DSR1_MM_AVX512 = 2,
+    DSR1_MM_AVX512_NOVBMI = 3
+} dsr1_mm_kernel;
 
 /* Compute output rows [r0, r1) of the job, all n tokens. */
 void dsr1_mm_rows_portable(const dsr1_mm_job *j, int64_t r0, int64_t r1);
@@ -117,6 +126,12 @@ void dsr1_mm_deq_bf16_avx512(const dsr1_wmat *w, int64_t r, int64_t c0, int64_t 
 /* Whether this CPU runs the AVX-512 kernels (F, BW, VL, DQ, BF16, VNNI and
  * the OS saving zmm state). Executes cpuid: cache the answer. */
 int dsr1_mm_avx512_usable(void);
+/* Whether this CPU also has AVX-512 VBMI (vpermb, vpermi2b): the FP8 byte
+ * table decode. Not implied by the above (Cooper Lake lacks it). */
+int dsr1_mm_vbmi_usable(void);
+/* The kernel set dsr1_matmul runs here, as the start-up line names it:
+ * "avx512-bf16-vnni-vbmi", "avx512-bf16-vnni" or "portable". */
+const char *dsr1_mm_kernels_name(void);
 
 /* Read `bytes` once with 64-byte loads, software prefetch `prefetch` bytes
  * ahead (0: none); returns a value depending on every byte
