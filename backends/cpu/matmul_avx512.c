@@ -1315,7 +1315,7 @@ INLINE void w4_prefetch(const dsr1_wmat *w, int64_t r, int64_t c)
 INLINE void w4_gemv(const int nt, const int g32, const dsr1_mm_job *j, int64_t r0, int64_t r1)
 {
     const dsr1_wmat *w = j->w;
-    const int64_t g = g32 ? 32 : 128, ng = w->cols / g, ld = w->cols / 2;
+    const int64_t g = g32 ? 32 : 128, ng = w->cols / g;
     const int f16 = w->scale_type == DSR1_T_F16;
     _Alignas(64) float sct[16 * 16];
     for (int64_t r = r0; r < r1; r += 16) {
