@@ -14,9 +14,12 @@
  *   tokens. Whole 4-row bf16 tiles reduce their accumulators four to a
  *   register (hsum16x4) and add into y one vector per token.
  *   INT8 mode (W8A8): vpdpbusd straight from the packed weights, no panel.
- *   INT4 weights in INT8 mode (W4A8): nibbles widened to bytes 0..15 in
- *   registers (three instructions per 64), vpdpbusd against xq with the
- *   -8 offset folded into the accumulators' start, per-lane float sums.
+ *   INT4 weights in INT8 mode (W4A8): rows in lanes - the packed codes of
+ *   16 rows transposed as 32-bit elements and split into nibbles, vpdpbusd
+ *   against 4 bytes of x broadcast, so each lane ends a scale group with
+ *   its row's exact dot (the -8 offset folded into the start) and the
+ *   group's convert and fma serve 16 rows; many tokens read a 32-row code
+ *   panel (L1), one token has a lanes-as-columns kernel (see the section).
  *   FP8 in BF16 mode has its own path (matmul_impl.h): the e4m3 bytes become
  *   exact bf16 by shift/add plus a 5-bit table for the subnormals, the block
  *   scale goes into x' (prepared per 128-row block in the task's scratch,
@@ -1183,12 +1186,18 @@ static void rows_int8(const dsr1_mm_job *j, int64_t r0, int64_t r1)
  * (columns 0,2,4,6 and 1,3,5,7 of each 8); x comes reordered the same way
  * (xp, dsr1_mm_w4_prep_avx512). The accumulators start from xg (-8 * the
  * token's sum of xq over the group), so they hold sum (q - 8) * xq.
- * Up to 4 tokens (decode) a 16-row block streams its rows 128 columns at a
- * time through registers. More tokens go by blocks of W4_TB tokens and
- * chunks of W4_KC columns: a 32-row chunk is laid out once per block in a
- * code panel (16 KB, L1) with its scales as float vectors, every tile of
- * W4_NT tokens x 32 rows (12 int32 and 12 float accumulators) reads it,
- * and the float accumulators stay in memory between chunks. */
+ * One token: w4_gemv1 (lanes as columns, a reduction per group instead of
+ * the transpose). 2 to 4 tokens: a 16-row block streams its rows 128
+ * columns at a time through registers. More tokens go by blocks of W4_TB
+ * tokens and chunks of W4_KC columns: a 32-row chunk is laid out once per
+ * block in a code panel (16 KB, L1) with its scales as float vectors,
+ * every tile of W4_NT tokens x 32 rows (12 int32 and 12 float
+ * accumulators) reads it, and the float accumulators stay in memory
+ * between chunks. Why: with lanes as columns (the kernel before, same
+ * dots, a 16-lane convert and fma per group, row and token) 512 tokens
+ * took 2.2-3.0x this kernel's time and 1.4-2.1x W8A8's on R1's shapes
+ * (Zen 4, thread CPU time); now W4A8 is 1.3-1.5x faster than W8A8 there
+ * and vpdpbusd is most of its profile. */
 #define W4_NT 6
 #define W4_TB 192
 #define W4_KC 512                   /* a multiple of 128 */
