@@ -1195,9 +1195,9 @@ static void rows_int8(const dsr1_mm_job *j, int64_t r0, int64_t r1)
  * accumulators) reads it, and the float accumulators stay in memory
  * between chunks. Why: with lanes as columns (the kernel before, same
  * dots, a 16-lane convert and fma per group, row and token) 512 tokens
- * took 2.2-3.0x this kernel's time and 1.4-2.1x W8A8's on R1's shapes
- * (Zen 4, thread CPU time); now W4A8 is 1.3-1.5x faster than W8A8 there
- * and vpdpbusd is most of its profile. */
+ * took 2.0-2.1x this kernel's time on R1's shapes (Zen 4, 2 threads;
+ * 2.2-3.0x in one thread's CPU time); W4A8 is now 1.2-1.3x faster than
+ * W8A8 there, and vpdpbusd is most of its profile (README, Performance). */
 #define W4_NT 6
 #define W4_TB 192
 #define W4_KC 512                   /* a multiple of 128 */
