@@ -497,22 +497,25 @@ DSR1_TEST(kernels_int8_act_special_values)
 /* ---- INT4 x INT8 (W4A8) ------------------------------------------------------------- */
 
 /* W4A8 on both INT4 layouts (groups of 32 with F16 scales, 128 with BF16),
- * odd rows, cols with a ragged last 64-column step (g32) and several
- * 2048-column chunks, n = 1, 2, 7, 64, 300 on 2 threads (the GEMV and the
- * blocked paths, ragged 3-token tiles and row tiles): the AVX-512 kernel
+ * odd rows, cols with a ragged last 128-column block (g32: 32, 64 or 96
+ * columns of it) and several 512-column chunks, n = 1 (the one-token
+ * kernel), 2, 3, 4 (the register GEMV), 5, 7, 64, 300 (the code panel:
+ * ragged 6-token tiles, two token blocks) on 2 threads (16-row tasks) and
+ * on 1 (one task: 32-row panels, a ragged last one): the AVX-512 kernel
  * gives the portable kernel's bits, and every 13th token alone (1 thread)
  * gives its bits in the batch. */
 DSR1_TEST(kernels_int4_w4a8_matches_portable)
 {
     if (!dsr1_mm_avx512_usable())
         DSR1_SKIP("no AVX-512 BF16/VNNI kernels on this CPU: %s", "dsr1_matmul would be the portable kernel compared with itself");
-    static const int ns[] = {1, 2, 7, 64, 300};
+    static const int ns[] = {1, 2, 3, 4, 5, 7, 64, 300};
     static const int64_t shapes[][3] = {/* variant, rows, cols */
-                                        {0, 37, 224}, {0, 21, 4160}, {1, 45, 640}, {1, 19, 4352}};
+                                        {0, 37, 224}, {0, 21, 4160}, {1, 45, 640}, {1, 19, 4352},
+                                        {0, 50, 1120}};
     dsr1_pool *pool = NULL;
     dsr1_error err = {0};
     CHECK_OK(dsr1_pool_create(&pool, 2, &err), &err);
-    for (int si = 0; si < 4; si++) {
+    for (int si = 0; si < 5; si++) {
         int variant = (int)shapes[si][0];
         int64_t rows = shapes[si][1], cols = shapes[si][2], ldx = cols + 5;
         tmat m = dsr1_test_mat(DSR1_T_INT4, rows, cols, variant, 61 + (uint64_t)si);
@@ -520,10 +523,14 @@ DSR1_TEST(kernels_int4_w4a8_matches_portable)
         size_t ybytes = (size_t)300 * (size_t)rows * 4;
         float *y = malloc(ybytes), *port = malloc(ybytes);
         float *one = malloc((size_t)rows * 4);
-        for (int ni = 0; ni < 5; ni++) {
+        for (int ni = 0; ni < 8; ni++) {
             int n = ns[ni];
-            dsr1_matmul(pool, &m.w, x, ldx, y, rows, n, DSR1_ACT_INT8);
             dsr1_matmul_with(NULL, &m.w, x, ldx, port, rows, n, DSR1_ACT_INT8, DSR1_MM_PORTABLE);
+            dsr1_matmul(NULL, &m.w, x, ldx, y, rows, n, DSR1_ACT_INT8);
+            CHECKF(!memcmp(y, port, (size_t)n * (size_t)rows * 4),
+                   "%s %lldx%lld n=%d, 1 thread: W4A8 differs from portable", m.what,
+                   (long long)rows, (long long)cols, n);
+            dsr1_matmul(pool, &m.w, x, ldx, y, rows, n, DSR1_ACT_INT8);
             CHECKF(!memcmp(y, port, (size_t)n * (size_t)rows * 4),
                    "%s %lldx%lld n=%d: W4A8 differs from portable", m.what, (long long)rows,
                    (long long)cols, n);
@@ -542,6 +549,69 @@ DSR1_TEST(kernels_int4_w4a8_matches_portable)
         dsr1_test_mat_free(&m);
     }
     dsr1_pool_free(pool);
+}
+
+/* The W4A8 order of matmul_impl.h written out here from its text: x
+ * quantised per token (s = amax/127, q = rint(x * (127/amax))), per group
+ * the exact dot of (code - 8) with q, acc = fmaf((float)dot, s_w, acc) in
+ * group order from 0, y = acc * s. Both kernels give exactly these bits
+ * on both layouts, at n = 1 and 9 (the one-token kernel, the panel), with
+ * scales and values spread over binades so any other order of the group
+ * steps (lanes summed apart, groups reassociated) rounds differently. */
+DSR1_TEST(kernels_int4_w4a8_group_order)
+{
+    enum { ROWS = 19, COLS = 1152, N = 9 };
+    rng gen = {404};
+    uint8_t *q = malloc(ROWS * COLS / 2);
+    uint16_t *sc = malloc(ROWS * COLS / 32 * sizeof *sc);
+    float *x = malloc(N * COLS * sizeof *x), *y = malloc(N * ROWS * sizeof *y);
+    float *want = malloc(N * ROWS * sizeof *want);
+    int8_t *xq = malloc(COLS);
+    for (int i = 0; i < ROWS * COLS / 2; i++) q[i] = (uint8_t)(dsr1_test_frand(&gen, 0, 256));
+    for (int i = 0; i < N * COLS; i++) x[i] = dsr1_test_frand(&gen, -1, 1) * (float)(1 + i % 7);
+    for (int variant = 0; variant < 2; variant++) {
+        int g = variant ? 128 : 32;
+        for (int i = 0; i < ROWS * COLS / g; i++) {
+            float f = dsr1_test_frand(&gen, 0.001f, 0.3f) * (float)(1 << (i % 9));
+            sc[i] = variant ? dsr1_f32_to_bf16(f) : dsr1_f32_to_f16(f);
+        }
+        dsr1_wmat w = {.type = DSR1_T_INT4, .rows = ROWS, .cols = COLS, .data = q, .scale = sc,
+                       .scale_type = variant ? DSR1_T_BF16 : DSR1_T_F16, .group = g};
+        for (int tk = 0; tk < N; tk++) {
+            float amax = 0.0f;
+            for (int c = 0; c < COLS; c++) amax = fmaxf(amax, fabsf(x[tk * COLS + c]));
+            for (int c = 0; c < COLS; c++) xq[c] = (int8_t)nearbyintf(x[tk * COLS + c] * (127.0f / amax));
+            for (int r = 0; r < ROWS; r++) {
+                float acc = 0.0f;
+                for (int c0 = 0; c0 < COLS; c0 += g) {
+                    int32_t dot = 0;
+                    for (int c = c0; c < c0 + g; c++) {
+                        uint8_t b = q[r * COLS / 2 + c / 2];
+                        dot += ((c & 1 ? b >> 4 : b & 15) - 8) * xq[c];
+                    }
+                    acc = fmaf((float)dot, dsr1_wmat_scale(&w, r, c0), acc);
+                }
+                want[tk * ROWS + r] = acc * (amax / 127.0f);
+            }
+        }
+        for (int k = 0; k < 2; k++) {
+            if (k && !dsr1_mm_avx512_usable()) break;
+            for (int n = 1; n <= N; n += N - 1) {
+                dsr1_matmul_with(NULL, &w, x, COLS, y, ROWS, n, DSR1_ACT_INT8,
+                                 k ? DSR1_MM_AVX512 : DSR1_MM_PORTABLE);
+                int bad = 0;
+                for (int i = 0; i < n * ROWS; i++) bad += memcmp(&want[i], &y[i], 4) != 0;
+                CHECKF(bad == 0, "%s int4/g%d n=%d: %d of %d outputs not in the W4A8 order",
+                       k ? "avx512" : "portable", g, n, bad, n * ROWS);
+            }
+        }
+    }
+    free(q);
+    free(sc);
+    free(x);
+    free(y);
+    free(want);
+    free(xq);
 }
 
 /* The W4A8 arithmetic itself: with a one-hot token (x = v at column c)

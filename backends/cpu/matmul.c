@@ -154,8 +154,8 @@ static void row_int8(const dsr1_mm_job *j, int64_t r)
     }
 }
 
-/* W4A8 (matmul_impl.h): per group and lane an exact dot of the codes
- * (q - 8) with xq, scaled into the lane's float accumulator. */
+/* W4A8 (matmul_impl.h): per group the exact dot of the codes (q - 8)
+ * with xq, then acc = fma((float)dot, s_w, acc) in group order. */
 static void row_int4(const dsr1_mm_job *j, int64_t r)
 {
     const dsr1_wmat *w = j->w;
@@ -163,20 +163,16 @@ static void row_int4(const dsr1_mm_job *j, int64_t r)
     int64_t g = w->group;
     for (int t = 0; t < j->n; t++) {
         const int8_t *xq = j->xq + t * j->ldxq;
-        float acc[16] = {0};
+        float acc = 0.0f;
         for (int64_t c0 = 0; c0 < w->cols; c0 += g) {
-            int32_t dot[16] = {0};
-            int has[16] = {0};
+            int32_t dot = 0;
             for (int64_t c = c0; c < c0 + g; c++) {
                 int code = (c & 1) ? q[c / 2] >> 4 : q[c / 2] & 15;
-                dot[(c % 64) / 4] += (code - 8) * xq[c];
-                has[(c % 64) / 4] = 1;
+                dot += (code - 8) * xq[c];
             }
-            float s = dsr1_wmat_scale(w, r, c0);
-            for (int l = 0; l < 16; l++)
-                if (has[l]) acc[l] = fmaf((float)dot[l], s, acc[l]);
+            acc = fmaf((float)dot, dsr1_wmat_scale(w, r, c0), acc);
         }
-        j->y[t * j->ldy + r] = dsr1_mm_hsum16(acc) * j->xs[t];
+        j->y[t * j->ldy + r] = acc * j->xs[t];
     }
 }
 
@@ -242,20 +238,20 @@ static void prep_int8(dsr1_mm_job *j, int8_t *xq, float *xs, int32_t *xsum, int 
     }
 }
 
-/* W4A8's offsets: xc[t][k] = -8 * (xq[t][4k] + .. + xq[t][4k+3]), the
- * exact term that turns vpdpbusd's unsigned codes q into q - 8. */
-static void prep_int4(dsr1_mm_job *j, int32_t *xc)
+/* W4A8's x for the AVX-512 kernel (xp, xg: matmul_impl.h), groups of
+ * 32 and 128; the portable kernel reads xq itself. */
+static void prep_int4(dsr1_mm_job *j, void *mem, int avx)
 {
-    j->xc = xc;
-    for (int t = 0; t < j->n; t++) {
-        const int8_t *xq = j->xq + t * j->ldxq;
-        int32_t *o = xc + t * (j->ldxq / 4);
-        for (int64_t k = 0; k < j->ldxq / 4; k++)
-            o[k] = -8 * (xq[4 * k] + xq[4 * k + 1] + xq[4 * k + 2] + xq[4 * k + 3]);
-    }
+    int64_t g = j->w->group;
+    if (!avx || (g != 32 && g != 128)) return;
+    int8_t *xp = mem;
+    int32_t *xg = (int32_t *)(xp + (size_t)j->n * (size_t)j->ldxp);
+    dsr1_mm_w4_prep_avx512(j->xq, j->ldxq, j->n, g, xp, j->ldxp, xg, j->ldxg);
+    j->xp = xp;
+    j->xg = xg;
 }
 
-/* Bytes of x's int8 form: xq, xs, xsum (64-aligned), then INT4's xc. */
+/* Bytes of x's int8 form: xq, xs, xsum (64-aligned), then INT4's xp, xg. */
 static size_t int8_head_bytes(const dsr1_mm_job *j)
 {
     size_t b = (size_t)j->n * ((size_t)j->ldxq + 2 * sizeof(float));
@@ -268,7 +264,7 @@ static size_t prep_bytes(const dsr1_mm_job *j)
     if (j->act == DSR1_ACT_BF16) return (size_t)j->n * (size_t)j->ldxb * 2;
     if (j->act == DSR1_ACT_INT8)
         return int8_head_bytes(j) +
-               (j->w->type == DSR1_T_INT4 ? (size_t)j->n * (size_t)j->ldxq : 0);
+               (j->w->type == DSR1_T_INT4 ? (size_t)j->n * ((size_t)j->ldxp + 4 * (size_t)j->ldxg) : 0);
     return 0;
 }
 
@@ -284,7 +280,7 @@ static void prep(dsr1_mm_job *j, void *mem, int avx)
         int8_t *xq = mem;
         float *xs = (float *)(xq + (size_t)j->n * (size_t)j->ldxq);
         prep_int8(j, xq, xs, (int32_t *)(xs + j->n), avx);
-        if (j->w->type == DSR1_T_INT4) prep_int4(j, (int32_t *)((char *)mem + int8_head_bytes(j)));
+        if (j->w->type == DSR1_T_INT4) prep_int4(j, (char *)mem + int8_head_bytes(j), avx);
     }
 }
 
@@ -355,6 +351,8 @@ static void matmul_run(dsr1_pool *p, const dsr1_wmat *w, const dsr1_wmat *up, co
                      .y = y, .ldy = ldy};
     j.ldxb = (w->cols + 31) & ~(int64_t)31;
     j.ldxq = (w->cols + 63) & ~(int64_t)63;
+    j.ldxp = (w->cols + 127) & ~(int64_t)127;
+    j.ldxg = j.ldxp / 32;
     /* FP8 in BF16 mode: x' of a scale block, all columns for up to 4
      * tokens (GEMV), else one chunk for a block of tokens. */
     if (j.act == DSR1_ACT_BF16 && w->type == DSR1_T_FP8_E4M3)

@@ -14,9 +14,12 @@
  *   tokens. Whole 4-row bf16 tiles reduce their accumulators four to a
  *   register (hsum16x4) and add into y one vector per token.
  *   INT8 mode (W8A8): vpdpbusd straight from the packed weights, no panel.
- *   INT4 weights in INT8 mode (W4A8): nibbles widened to bytes 0..15 in
- *   registers (three instructions per 64), vpdpbusd against xq with the
- *   -8 offset folded into the accumulators' start, per-lane float sums.
+ *   INT4 weights in INT8 mode (W4A8): rows in lanes - the packed codes of
+ *   16 rows transposed as 32-bit elements and split into nibbles, vpdpbusd
+ *   against 4 bytes of x broadcast, so each lane ends a scale group with
+ *   its row's exact dot (the -8 offset folded into the start) and the
+ *   group's convert and fma serve 16 rows; many tokens read a 32-row code
+ *   panel (L1), one token has a lanes-as-columns kernel (see the section).
  *   FP8 in BF16 mode has its own path (matmul_impl.h): the e4m3 bytes become
  *   exact bf16 - with AVX-512 VBMI by two byte tables, 64 codes in about 6
  *   instructions (vpermb, 2 vpermi2b, ternlogic, 2 unpacks), else by
@@ -1363,155 +1366,377 @@ static void rows_int8(const dsr1_mm_job *j, int64_t r0, int64_t r1)
 
 /* ---- INT4 x INT8 (W4A8) ---------------------------------------------------------- */
 
-/* The codes go into vpdpbusd as unsigned bytes 0..15 against signed xq;
- * the accumulators start from xc (-8 * each lane's sum of xq), so they
- * hold sum (q - 8) * xq exactly. Per group the 16 lanes are converted and
- * scaled into float accumulators (the canonical order of matmul_impl.h);
- * with 12 int32 and 12 float accumulators a tile is 4 rows x 3 tokens.
- * Up to 4 tokens (decode) each 4-row tile streams its rows whole, codes
- * widened in registers (the float accumulators never leave them; the
- * prefetch runs one tile ahead: INT4 rows are short, 3.5 KB at 7168
- * columns). More tokens go by blocks of W4_TB tokens and chunks of W4_KC
- * columns: a 16-row chunk is widened once per block into a byte panel
- * (16 KB, L1) that every 3-token tile reads, each tile of x serves 16
- * rows, and the float accumulators stay in memory between chunks. */
-#define W4_NT 3
-#define W4_TB 30
-#define W4_KC 1024
-#define W4_PF 4 /* rows ahead (one tile) */
+/* Lanes are rows: a vector holds 4 codes of each of 16 rows, so one
+ * vpdpbusd against 4 bytes of a token's x (broadcast from memory) adds 4
+ * columns of 16 rows, and after a group's steps each lane holds its row's
+ * exact group dot: the canonical order (matmul_impl.h) then costs one
+ * convert and one fma per group for 16 rows, amortised over 32 vpdpbusd
+ * (groups of 128) or 8 (groups of 32), where lanes-as-columns spent them
+ * per row. The packed rows are turned into that layout 128 columns at a
+ * time (w4_block): 16 rows x 64 bytes transposed as 32-bit elements (each
+ * lane then holds 8 codes of its row), split into low and high nibbles
+ * (columns 0,2,4,6 and 1,3,5,7 of each 8); x comes reordered the same way
+ * (xp, dsr1_mm_w4_prep_avx512). The accumulators start from xg (-8 * the
+ * token's sum of xq over the group), so they hold sum (q - 8) * xq.
+ * One token: w4_gemv1 (lanes as columns, a reduction per group instead of
+ * the transpose). 2 to 4 tokens: a 16-row block streams its rows 128
+ * columns at a time through registers. More tokens go by blocks of W4_TB
+ * tokens and chunks of W4_KC columns: a 32-row chunk is laid out once per
+ * block in a code panel (16 KB, L1) with its scales as float vectors,
+ * every tile of W4_NT tokens x 32 rows (12 int32 and 12 float
+ * accumulators) reads it, and the float accumulators stay in memory
+ * between chunks. Why: with lanes as columns (the kernel before, same
+ * dots, a 16-lane convert and fma per group, row and token) 512 tokens
+ * took 2.0-2.1x this kernel's time on R1's shapes (Zen 4, 2 threads;
+ * 2.2-3.0x in one thread's CPU time); W4A8 is now 1.2-1.3x faster than
+ * W8A8 there, and vpdpbusd is most of its profile (README, Performance). */
+#define W4_NT 6
+#define W4_TB 192
+#define W4_KC 512                   /* a multiple of 128 */
 
-/* 64 codes from 32 packed bytes, in column order: byte i widened to word
- * i, then (b | b << 4) & 0x0f0f puts the low nibble (column 2i) in byte
- * 2i and the high one (column 2i + 1) in byte 2i + 1. */
-INLINE __m512i w4_codes(__m256i b)
+/* 16x16 transpose of 32-bit elements: afterwards lane i of v[k] is what
+ * lane k of v[i] was. */
+INLINE void tr16(__m512i v[16])
 {
-    __m512i v = _mm512_cvtepu8_epi16(b);
-    return _mm512_ternarylogic_epi32(v, _mm512_slli_epi16(v, 4), _mm512_set1_epi16(0x0f0f), 0xa8);
-}
-
-/* One scale as 16 lanes; two (p[0] in lanes 0-7, p[1] in 8-15: groups of
- * 32, two per step). The same values as dsr1_wmat_scale. */
-INLINE __m512 w4_scale(const uint16_t *p, int f16)
-{
-    if (f16) return _mm512_cvtph_ps(_mm256_set1_epi16((short)*p));
-    return _mm512_castsi512_ps(_mm512_set1_epi32((int)((uint32_t)*p << 16)));
-}
-
-INLINE __m512 w4_scale2(const uint16_t *p, int f16)
-{
-    __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)p[0])),
-                                        _mm_set1_epi16((short)p[1]), 1);
-    if (f16) return _mm512_cvtph_ps(h);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
-/* Rows w[a] (packed, stride ldw bytes; or with `wide` the codes as bytes
- * of a panel, zero padded to whole steps; scales sc[a * lds], group of
- * the chunk's first column first) x tokens xq[b] (stride ldx; offsets
- * xc[b], stride ldc) over len columns from a step boundary, groups of 128
- * (32 when g32); the lanes added into
- * facc[a * lda + b] (16 floats each). pf: prefetch the rows ahead. */
-INLINE void mk_w4(const int rt, const int nt, const int g32, const int wide, const uint8_t *w,
-                  int64_t ldw, const uint16_t *sc, int64_t lds, int f16, const int8_t *xq,
-                  int64_t ldx, const int32_t *xc, int64_t ldc, int64_t len, int pf, float *facc,
-                  int64_t lda)
-{
-    /* Groups of 128: two whole steps each; of 32: one step holds two. */
-    const int64_t gstep = g32 ? 64 : 128, nstep = g32 ? 1 : 2;
-    __m512 acc[MR][W4_NT];
+    __m512i t[16], u[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+    }
 #pragma GCC unroll 4
-    for (int a = 0; a < rt; a++)
-#pragma GCC unroll 3
-        for (int b = 0; b < nt; b++) acc[a][b] = _mm512_load_ps(facc + (a * lda + b) * 16);
-    for (int64_t k0 = 0; k0 < len; k0 += gstep) {
-        const int half = g32 && len - k0 < 64; /* a row's last 32 columns */
-        __m512i d[MR][W4_NT];
-#pragma GCC unroll 3
+    for (int i = 0; i < 4; i++) {
+        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    /* u[4i + m], 128-bit block j: element 4j + m of rows 4i .. 4i+3 */
+#pragma GCC unroll 4
+    for (int m = 0; m < 4; m++) {
+        __m512i a = _mm512_shuffle_i32x4(u[m], u[4 + m], 0x44), b = _mm512_shuffle_i32x4(u[m], u[4 + m], 0xee);
+        __m512i c = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0x44), d = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0xee);
+        v[m] = _mm512_shuffle_i32x4(a, c, 0x88);
+        v[4 + m] = _mm512_shuffle_i32x4(a, c, 0xdd);
+        v[8 + m] = _mm512_shuffle_i32x4(b, d, 0x88);
+        v[12 + m] = _mm512_shuffle_i32x4(b, d, 0xdd);
+    }
+}
+
+/* Rows [r, r + pr) (pr <= 16), columns [c, c + 128): v[k] lane i holds the
+ * packed bytes 4k .. 4k+3 of row r + i there (columns c + 8k .. c + 8k + 7);
+ * missing rows and the columns past the row's end are zero. */
+INLINE void w4_block(const dsr1_wmat *w, int64_t r, int pr, int64_t c, __m512i v[16])
+{
+    const int64_t ld = w->cols / 2, left = (w->cols - c) / 2;
+    const uint8_t *p = (const uint8_t *)w->data + r * ld + c / 2;
+    const __mmask64 m = left >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << left) - 1;
+    if (pr == 16 && left >= 64) {
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) v[i] = _mm512_loadu_si512(p + i * ld);
+    } else {
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++)
+            v[i] = i < pr ? _mm512_maskz_loadu_epi8(m, p + i * ld) : _mm512_setzero_si512();
+    }
+    tr16(v);
+}
+
+/* Low and high nibbles of the packed bytes: codes 0..15 as bytes. */
+INLINE __m512i w4_lo(__m512i v) { return _mm512_and_si512(v, _mm512_set1_epi8(0x0f)); }
+INLINE __m512i w4_hi(__m512i v) { return _mm512_and_si512(_mm512_srli_epi32(v, 4), _mm512_set1_epi8(0x0f)); }
+
+/* 4 bytes of x broadcast to every lane (vpdpbusd's memory operand). */
+INLINE __m512i w4_x4(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* acc + vpdpbusd(w, the 4 bytes at p in every lane), the bytes read by
+ * the instruction itself ({1to16}). gcc 12 gives the intrinsic's
+ * accumulator a copy per call (a register move per vpdpbusd, and no
+ * folded broadcast): a tied asm operand avoids both. */
+INLINE __m512i w4_dp(__m512i acc, __m512i w, const int8_t *p)
+{
+#if defined(__GNUC__) && !defined(__clang__)
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const int32_t *)p));
+    return acc;
+#else
+    return _mm512_dpbusd_epi32(acc, w, w4_x4(p));
+#endif
+}
+
+/* Scales of rows [r, r + pr) (pr <= 16), groups [g0, g0 + ngr), as floats
+ * (the values of dsr1_wmat_scale): out[gi * ld + i] for row r + i, zero
+ * for missing rows. */
+static void w4_scales(const dsr1_wmat *w, int64_t r, int pr, int64_t g0, int64_t ngr, int f16,
+                      float *out, int64_t ld)
+{
+    const int64_t ng = w->cols / w->group;
+    const uint16_t *s = (const uint16_t *)w->scale + r * ng + g0;
+    for (int64_t gb = 0; gb < ngr; gb += 16) {
+        int cnt = ngr - gb < 16 ? (int)(ngr - gb) : 16;
+        __mmask16 m = (__mmask16)((1u << cnt) - 1);
+        __m512i v[16];
+        for (int i = 0; i < 16; i++) {
+            __m256i h = i < pr ? _mm256_maskz_loadu_epi16(m, s + i * ng + gb) : _mm256_setzero_si256();
+            v[i] = f16 ? _mm512_castps_si512(_mm512_cvtph_ps(h))
+                       : _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
+        }
+        tr16(v);
+        for (int k = 0; k < cnt; k++) _mm512_store_si512(out + (gb + k) * ld, v[k]);
+    }
+}
+
+/* y[b][r + i] = lanes i < pr of acc * s_x (token b). */
+INLINE void w4_store(float *y, int pr, __m512 acc, float xs)
+{
+    __mmask16 m = pr >= 16 ? 0xffff : (__mmask16)((1u << pr) - 1);
+    _mm512_mask_storeu_ps(y, m, _mm512_mul_ps(acc, _mm512_set1_ps(xs)));
+}
+
+/* While the 16-row block at r is read 128 columns (1 KB) at a time:
+ * the next block's same share of bytes (the blocks are contiguous) into
+ * L2, so it is there in whole when its turn comes. Measured against
+ * per-row prefetch 1 KB ahead and none (Zen 4, one thread): 10-35%
+ * faster at n = 1, 2 and 4 on weights streamed from DRAM (18432x7168),
+ * within noise from L3. */
+INLINE void w4_prefetch(const dsr1_wmat *w, int64_t r, int64_t c)
+{
+    const char *pf = (const char *)w->data + (r + 16) * (w->cols / 2) + c * 8;
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) _mm_prefetch(pf + i * 64, _MM_HINT_T1);
+}
+
+/* 2 to 4 tokens: 16-row blocks, each streamed 128 columns at a time
+ * through registers (w4_block) while the next is prefetched; the scales
+ * of 16 groups at a time go to sct. g32: groups of 32, else 128. */
+INLINE void w4_gemv(const int nt, const int g32, const dsr1_mm_job *j, int64_t r0, int64_t r1)
+{
+    const dsr1_wmat *w = j->w;
+    const int64_t g = g32 ? 32 : 128, ng = w->cols / g;
+    const int f16 = w->scale_type == DSR1_T_F16;
+    _Alignas(64) float sct[16 * 16];
+    for (int64_t r = r0; r < r1; r += 16) {
+        const int pr = (int)(r1 - r < 16 ? r1 - r : 16);
+        __m512 acc[4];
+#pragma GCC unroll 4
+        for (int b = 0; b < nt; b++) acc[b] = _mm512_setzero_ps();
+        for (int64_t c = 0; c < w->cols; c += 128) {
+            const int64_t gi0 = c / g;
+            if (gi0 % 16 == 0 && c % g == 0)
+                w4_scales(w, r, pr, gi0, ng - gi0 < 16 ? ng - gi0 : 16, f16, sct, 16);
+            w4_prefetch(w, r, c);
+            __m512i v[16];
+            w4_block(w, r, pr, c, v);
+            const int ngr = g32 ? (w->cols - c >= 128 ? 4 : (int)((w->cols - c) / 32)) : 1;
+            const int nk = g32 ? 4 : 16; /* packed 32-bit elements per group */
+#pragma GCC unroll 4
+            for (int q = 0; q < ngr; q++) {
+                const int64_t gi = gi0 + q;
+                __m512i d[4];
+#pragma GCC unroll 4
+                for (int b = 0; b < nt; b++) d[b] = _mm512_set1_epi32(j->xg[b * j->ldxg + gi]);
+#pragma GCC unroll 16
+                for (int kk = 0; kk < nk; kk++) {
+                    const int k = (g32 ? 4 * q : 0) + kk;
+                    const __m512i lo = w4_lo(v[k]), hi = w4_hi(v[k]);
+#pragma GCC unroll 4
+                    for (int b = 0; b < nt; b++) {
+                        const int8_t *x = j->xp + b * j->ldxp + c + 8 * k;
+                        d[b] = w4_dp(d[b], lo, x);
+                        d[b] = w4_dp(d[b], hi, x + 4);
+                    }
+                }
+                const __m512 sv = _mm512_load_ps(sct + (gi % 16) * 16);
+#pragma GCC unroll 4
+                for (int b = 0; b < nt; b++) acc[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d[b]), sv, acc[b]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int b = 0; b < nt; b++) w4_store(j->y + b * j->ldy + r, pr, acc[b], j->xs[b]);
+    }
+}
+
+/* One token: lanes are columns instead (a row's 128 columns in one load,
+ * its nibbles against x' as vectors: lane l of xl and xh the x' of packed
+ * element l's low and high nibbles), then the 16 rows' exact dots
+ * gathered into lanes by two levels of pairwise adds (each 128-bit block
+ * then holds 4 rows' sums over one group of 32) and a 4x4 transpose of
+ * the blocks: fewer shuffles than transposing the codes when no second
+ * token shares them. Then the same per-group float steps. */
+INLINE void w4_gemv1(const int g32, const dsr1_mm_job *j, int64_t r0, int64_t r1)
+{
+    const dsr1_wmat *w = j->w;
+    const int64_t g = g32 ? 32 : 128, ng = w->cols / g, ld = w->cols / 2;
+    const int f16 = w->scale_type == DSR1_T_F16;
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
+    _Alignas(64) float sct[16 * 16];
+    for (int64_t r = r0; r < r1; r += 16) {
+        const int pr = (int)(r1 - r < 16 ? r1 - r : 16);
+        const uint8_t *p = (const uint8_t *)w->data + r * ld;
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t c = 0; c < w->cols; c += 128) {
+            const int64_t gi0 = c / g, left = (w->cols - c) / 2;
+            if (gi0 % 16 == 0) w4_scales(w, r, pr, gi0, ng - gi0 < 16 ? ng - gi0 : 16, f16, sct, 16);
+            w4_prefetch(w, r, c);
+            const __m512i x0 = _mm512_load_si512(j->xp + c), x1 = _mm512_load_si512(j->xp + c + 64);
+            const __m512i xl = _mm512_permutex2var_epi32(x0, ev, x1), xh = _mm512_permutex2var_epi32(x0, od, x1);
+            const __mmask64 m = left >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << left) - 1;
+            __m512i d[16];
+            if (pr == 16 && left >= 64) {
+#pragma GCC unroll 16
+                for (int i = 0; i < 16; i++) {
+                    const __m512i v = _mm512_loadu_si512(p + i * ld + c / 2);
+                    d[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w4_lo(v), xl), w4_hi(v), xh);
+                }
+            } else {
+#pragma GCC unroll 16
+                for (int i = 0; i < 16; i++) {
+                    const __m512i v = i < pr ? _mm512_maskz_loadu_epi8(m, p + i * ld + c / 2) : _mm512_setzero_si512();
+                    d[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w4_lo(v), xl), w4_hi(v), xh);
+                }
+            }
+            __m512i a[8], b[4];
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++)
+                a[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(d[2 * i], d[2 * i + 1]),
+                                        _mm512_unpackhi_epi32(d[2 * i], d[2 * i + 1]));
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++)
+                b[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(a[2 * i], a[2 * i + 1]),
+                                        _mm512_unpackhi_epi64(a[2 * i], a[2 * i + 1]));
+            /* b[i], block q: rows 4i .. 4i+3 over columns 32q .. 32q+31 */
+            const __m512i e0 = _mm512_shuffle_i32x4(b[0], b[1], 0x44), e1 = _mm512_shuffle_i32x4(b[0], b[1], 0xee);
+            const __m512i e2 = _mm512_shuffle_i32x4(b[2], b[3], 0x44), e3 = _mm512_shuffle_i32x4(b[2], b[3], 0xee);
+            __m512i q4[4] = {_mm512_shuffle_i32x4(e0, e2, 0x88), _mm512_shuffle_i32x4(e0, e2, 0xdd),
+                             _mm512_shuffle_i32x4(e1, e3, 0x88), _mm512_shuffle_i32x4(e1, e3, 0xdd)};
+            if (g32) {
+                const int ngr = left >= 64 ? 4 : (int)(left / 16);
+#pragma GCC unroll 4
+                for (int q = 0; q < ngr; q++) {
+                    const __m512i dq = _mm512_add_epi32(q4[q], _mm512_set1_epi32(j->xg[gi0 + q]));
+                    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dq), _mm512_load_ps(sct + ((gi0 + q) % 16) * 16), acc);
+                }
+            } else {
+                __m512i dq = _mm512_add_epi32(_mm512_add_epi32(q4[0], q4[1]), _mm512_add_epi32(q4[2], q4[3]));
+                dq = _mm512_add_epi32(dq, _mm512_set1_epi32(j->xg[gi0]));
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dq), _mm512_load_ps(sct + (gi0 % 16) * 16), acc);
+            }
+        }
+        w4_store(j->y + r, pr, acc, j->xs[0]);
+    }
+}
+
+/* A tile: rv (1 or 2) x 16 rows of the code panel p (step s of half h at
+ * p + (s * rv + h) * 64; a step is 4 columns) x nt tokens (xp, ldxp, xg,
+ * ldxg from the chunk's start) over ngr groups of gs steps; scales
+ * sc[(gi * rv + h) * 16 + i]; the float accumulators facc[b * 32 + h * 16]. */
+INLINE void mk_w4(const int rv, const int nt, const int gs, const uint8_t *p, const float *sc,
+                  int64_t ngr, const int8_t *xp, int64_t ldxp, const int32_t *xg, int64_t ldxg,
+                  float *facc)
+{
+    __m512 acc[2][W4_NT];
+#pragma GCC unroll 2
+    for (int h = 0; h < rv; h++)
+#pragma GCC unroll 6
+        for (int b = 0; b < nt; b++) acc[h][b] = _mm512_load_ps(facc + b * 32 + h * 16);
+    for (int64_t gi = 0; gi < ngr; gi++) {
+        __m512i d[2][W4_NT];
+#pragma GCC unroll 6
         for (int b = 0; b < nt; b++) {
-            __m512i c = _mm512_loadu_si512(xc + b * ldc + k0 / 4);
-            if (!g32) c = _mm512_add_epi32(c, _mm512_loadu_si512(xc + b * ldc + k0 / 4 + 16));
-#pragma GCC unroll 4
-            for (int a = 0; a < rt; a++) d[a][b] = c;
+            const __m512i c = _mm512_set1_epi32(xg[b * ldxg + gi]);
+#pragma GCC unroll 2
+            for (int h = 0; h < rv; h++) d[h][b] = c;
+        }
+        const uint8_t *pg = p + gi * gs * rv * 64;
+        const int8_t *xgp = xp + gi * gs * 4;
+#pragma GCC unroll 8
+        for (int s = 0; s < gs; s++) {
+#pragma GCC unroll 2
+            for (int h = 0; h < rv; h++) {
+                const __m512i wv = _mm512_load_si512(pg + (s * rv + h) * 64);
+#pragma GCC unroll 6
+                for (int b = 0; b < nt; b++)
+                    d[h][b] = w4_dp(d[h][b], wv, xgp + b * ldxp + 4 * s);
+            }
         }
 #pragma GCC unroll 2
-        for (int64_t st = 0; st < nstep; st++) {
-            const int64_t k = k0 + 64 * st;
-            __m512i xv[W4_NT];
-#pragma GCC unroll 3
-            for (int b = 0; b < nt; b++) xv[b] = _mm512_loadu_si512(xq + b * ldx + k);
-#pragma GCC unroll 4
-            for (int a = 0; a < rt; a++) {
-                const uint8_t *p = w + a * ldw + (wide ? k : k / 2);
-                if (pf) _mm_prefetch((const char *)p + W4_PF * ldw, _MM_HINT_T0);
-                __m512i u = wide ? _mm512_load_si512(p)
-                                 : w4_codes(half ? _mm256_maskz_loadu_epi8(0xffff, p)
-                                                 : _mm256_loadu_si256((const __m256i *)p));
-#pragma GCC unroll 3
-                for (int b = 0; b < nt; b++) d[a][b] = _mm512_dpbusd_epi32(d[a][b], u, xv[b]);
-            }
-        }
-#pragma GCC unroll 4
-        for (int a = 0; a < rt; a++) {
-            const uint16_t *s = sc + a * lds + k0 / (g32 ? 32 : 128);
-            __m512 sv = !g32 || half ? w4_scale(s, f16) : w4_scale2(s, f16);
-#pragma GCC unroll 3
-            for (int b = 0; b < nt; b++) {
-                __m512 df = _mm512_cvtepi32_ps(d[a][b]);
-                acc[a][b] = half ? _mm512_mask3_fmadd_ps(df, sv, acc[a][b], 0x00ff)
-                                 : _mm512_fmadd_ps(df, sv, acc[a][b]);
-            }
+        for (int h = 0; h < rv; h++) {
+            const __m512 sv = _mm512_load_ps(sc + (gi * rv + h) * 16);
+#pragma GCC unroll 6
+            for (int b = 0; b < nt; b++)
+                acc[h][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d[h][b]), sv, acc[h][b]);
         }
     }
-#pragma GCC unroll 4
-    for (int a = 0; a < rt; a++)
-#pragma GCC unroll 3
-        for (int b = 0; b < nt; b++) _mm512_store_ps(facc + (a * lda + b) * 16, acc[a][b]);
+#pragma GCC unroll 2
+    for (int h = 0; h < rv; h++)
+#pragma GCC unroll 6
+        for (int b = 0; b < nt; b++) _mm512_store_ps(facc + b * 32 + h * 16, acc[h][b]);
 }
 
-#define W4_CASES(g32, wide)                                                                  \
-    switch (rt * 4 + nt) {                                                                  \
-    case 4 + 1: W4_CALL(1, 1, g32, wide); break;  case 4 + 2: W4_CALL(1, 2, g32, wide); break;  \
-    case 4 + 3: W4_CALL(1, 3, g32, wide); break;  case 8 + 1: W4_CALL(2, 1, g32, wide); break;  \
-    case 8 + 2: W4_CALL(2, 2, g32, wide); break;  case 8 + 3: W4_CALL(2, 3, g32, wide); break;  \
-    case 12 + 1: W4_CALL(3, 1, g32, wide); break; case 12 + 2: W4_CALL(3, 2, g32, wide); break; \
-    case 12 + 3: W4_CALL(3, 3, g32, wide); break; case 16 + 1: W4_CALL(4, 1, g32, wide); break; \
-    case 16 + 2: W4_CALL(4, 2, g32, wide); break; case 16 + 3: W4_CALL(4, 3, g32, wide); break; \
-    default: DSR1_ASSERT(!"w4a8 tile shape");                                                \
+#define W4_TILE(rv_, g32_)                                                                     \
+    switch (nt) {                                                                              \
+    case 1: mk_w4(rv_, 1, (g32_) ? 8 : 32, p, sc, ngr, xp, ldxp, xg, ldxg, facc); break;       \
+    case 2: mk_w4(rv_, 2, (g32_) ? 8 : 32, p, sc, ngr, xp, ldxp, xg, ldxg, facc); break;       \
+    case 3: mk_w4(rv_, 3, (g32_) ? 8 : 32, p, sc, ngr, xp, ldxp, xg, ldxg, facc); break;       \
+    case 4: mk_w4(rv_, 4, (g32_) ? 8 : 32, p, sc, ngr, xp, ldxp, xg, ldxg, facc); break;       \
+    case 5: mk_w4(rv_, 5, (g32_) ? 8 : 32, p, sc, ngr, xp, ldxp, xg, ldxg, facc); break;       \
+    case 6: mk_w4(rv_, 6, (g32_) ? 8 : 32, p, sc, ngr, xp, ldxp, xg, ldxg, facc); break;       \
+    default: DSR1_ASSERT(!"w4a8 tile shape");                                                  \
     }
-#define W4_CALL(r_, n_, g_, wide_) \
-    mk_w4(r_, n_, g_, wide_, w, ldw, sc, lds, f16, xq, ldx, xc, ldc, len, !(wide_), facc, lda)
 
-/* A tile (mk_w4); wide: w is a byte panel (many tokens), else packed rows
- * streamed with prefetch (decode). */
-static void tile_w4(int rt, int nt, int g32, int wide, const uint8_t *w, int64_t ldw,
-                    const uint16_t *sc, int64_t lds, int f16, const int8_t *xq,
-                    int64_t ldx, const int32_t *xc, int64_t ldc, int64_t len, float *facc,
-                    int64_t lda)
+static void tile_w4(int rv, int nt, int g32, const uint8_t *p, const float *sc, int64_t ngr,
+                    const int8_t *xp, int64_t ldxp, const int32_t *xg, int64_t ldxg, float *facc)
 {
-    if (g32 && wide) {
-        W4_CASES(1, 1)
+    if (rv == 2 && g32) {
+        W4_TILE(2, 1)
+    } else if (rv == 2) {
+        W4_TILE(2, 0)
     } else if (g32) {
-        W4_CASES(1, 0)
-    } else if (wide) {
-        W4_CASES(0, 1)
+        W4_TILE(1, 1)
     } else {
-        W4_CASES(0, 0)
+        W4_TILE(1, 0)
     }
 }
-#undef W4_CALL
 
-/* Codes of rows [r, r + pr), columns [c0, c0 + len) as bytes 0..15 into
- * buf[i * ldp + k], zero padded to whole 64-column steps. */
-static void w4_panel(const dsr1_wmat *w, int64_t r, int pr, int64_t c0, int64_t len, uint8_t *buf,
-                     int64_t ldp)
+/* Rows [r, r + pr) (pr <= 32, rv = 1 or 2 halves of 16), columns
+ * [c0, c0 + len) into the code panel (mk_w4's layout) and their scales
+ * into sc. */
+static void w4_panel(const dsr1_wmat *w, int64_t r, int pr, int rv, int64_t c0, int64_t len,
+                     int f16, uint8_t *p, float *sc)
 {
-    for (int i = 0; i < pr; i++) {
-        const uint8_t *q = (const uint8_t *)w->data + (r + i) * (w->cols / 2) + c0 / 2;
-        for (int64_t k = 0; k < len; k += 64) {
-            __m256i b = len - k >= 64 ? _mm256_loadu_si256((const __m256i *)(q + k / 2))
-                                      : _mm256_maskz_loadu_epi8(0xffff, q + k / 2); /* 32 left */
-            _mm512_store_si512(buf + i * ldp + k, w4_codes(b));
+    for (int h = 0; h < rv; h++) {
+        int ph = pr - 16 * h < 16 ? pr - 16 * h : 16;
+        for (int64_t k0 = 0; k0 < len; k0 += 128) {
+            __m512i v[16];
+            w4_block(w, r + 16 * h, ph, c0 + k0, v);
+            uint8_t *o = p + (k0 / 4 * rv + h) * 64;
+#pragma GCC unroll 16
+            for (int k = 0; k < 16; k++) {
+                _mm512_store_si512(o + (2 * k * rv) * 64, w4_lo(v[k]));
+                _mm512_store_si512(o + ((2 * k + 1) * rv) * 64, w4_hi(v[k]));
+            }
         }
+        w4_scales(w, r + 16 * h, ph, c0 / w->group, len / w->group, f16, sc + 16 * h, 16 * rv);
+    }
+}
+
+static void w4_gemv_any(const dsr1_mm_job *j, int64_t r0, int64_t r1, int g32)
+{
+    switch (j->n * 2 + g32) {
+    case 2: w4_gemv1(0, j, r0, r1); break;
+    case 3: w4_gemv1(1, j, r0, r1); break;
+    case 4: w4_gemv(2, 0, j, r0, r1); break;
+    case 5: w4_gemv(2, 1, j, r0, r1); break;
+    case 6: w4_gemv(3, 0, j, r0, r1); break;
+    case 7: w4_gemv(3, 1, j, r0, r1); break;
+    case 8: w4_gemv(4, 0, j, r0, r1); break;
+    case 9: w4_gemv(4, 1, j, r0, r1); break;
+    default: DSR1_ASSERT(!"w4a8 gemv tokens");
     }
 }
 
@@ -1520,46 +1745,39 @@ static void w4_panel(const dsr1_wmat *w, int64_t r, int pr, int64_t c0, int64_t 
 static void rows_w4a8(const dsr1_mm_job *j, int64_t r0, int64_t r1)
 {
     const dsr1_wmat *w = j->w;
-    const int64_t g = w->group, ng = w->cols / g;
+    const int64_t g = w->group;
     const int g32 = g == 32, f16 = w->scale_type == DSR1_T_F16;
-    if ((g != 32 && g != 128) || (w->scale_type != DSR1_T_F16 && w->scale_type != DSR1_T_BF16)) {
+    if ((g != 32 && g != 128) || (w->scale_type != DSR1_T_F16 && w->scale_type != DSR1_T_BF16) ||
+        !j->xp) {
         dsr1_mm_rows_portable(j, r0, r1);
         return;
     }
-    const int gemv = j->n <= 4;
-    const int64_t kc = gemv ? w->cols : W4_KC; /* a multiple of 128 */
-    const int64_t panel = gemv ? MR : PANEL, ldc = j->ldxq / 4;
-    const int tb = gemv ? j->n : W4_TB;
-    _Alignas(64) float facc[PANEL * W4_TB * 16]; /* [row][token of the block][lane] */
-    _Alignas(64) uint8_t codes[PANEL * W4_KC];   /* many tokens: the chunk's codes */
-    for (int64_t r = r0; r < r1; r += panel) {
-        int pr = (int)(r1 - r < panel ? r1 - r : panel);
-        for (int t0 = 0; t0 < j->n; t0 += tb) {
-            int nb = j->n - t0 < tb ? j->n - t0 : tb;
-            memset(facc, 0, (size_t)pr * (size_t)tb * 16 * sizeof *facc);
-            for (int64_t c0 = 0; c0 < w->cols; c0 += kc) {
-                int64_t len = w->cols - c0 < kc ? w->cols - c0 : kc;
-                if (!gemv) w4_panel(w, r, pr, c0, len, codes, kc);
-                for (int b0 = 0; b0 < nb; ) {
-                    int nt = nb - b0 == 4 ? 2 : nb - b0 < W4_NT ? nb - b0 : W4_NT;
-                    for (int i = 0; i < pr; i += MR) {
-                        int rt = pr - i < MR ? pr - i : MR;
-                        const uint8_t *wr = gemv ? (const uint8_t *)w->data +
-                                                       (r + i) * (w->cols / 2) + c0 / 2
-                                                 : codes + i * kc;
-                        tile_w4(rt, nt, g32, !gemv, wr, gemv ? w->cols / 2 : kc,
-                                (const uint16_t *)w->scale + (r + i) * ng + c0 / g, ng, f16,
-                                j->xq + (t0 + b0) * j->ldxq + c0, j->ldxq,
-                                j->xc + (t0 + b0) * ldc + c0 / 4, ldc, len,
-                                facc + ((int64_t)i * tb + b0) * 16, tb);
-                    }
-                    b0 += nt;
+    if (j->n <= 4) {
+        w4_gemv_any(j, r0, r1, g32);
+        return;
+    }
+    _Alignas(64) uint8_t codes[32 * W4_KC];       /* the chunk's code panel */
+    _Alignas(64) float sc[W4_KC / 32 * 32];       /* its scales, [group][row] */
+    _Alignas(64) float facc[W4_TB * 32];          /* [token of the block][row] */
+    for (int64_t r = r0; r < r1; r += 32) {
+        const int pr = (int)(r1 - r < 32 ? r1 - r : 32), rv = pr > 16 ? 2 : 1;
+        for (int t0 = 0; t0 < j->n; t0 += W4_TB) {
+            const int nb = j->n - t0 < W4_TB ? j->n - t0 : W4_TB;
+            memset(facc, 0, (size_t)nb * 32 * sizeof *facc);
+            for (int64_t c0 = 0; c0 < w->cols; c0 += W4_KC) {
+                const int64_t len = w->cols - c0 < W4_KC ? w->cols - c0 : W4_KC;
+                w4_panel(w, r, pr, rv, c0, len, f16, codes, sc);
+                for (int b0 = 0; b0 < nb; b0 += W4_NT) {
+                    const int nt = nb - b0 < W4_NT ? nb - b0 : W4_NT;
+                    tile_w4(rv, nt, g32, codes, sc, len / g, j->xp + (t0 + b0) * j->ldxp + c0,
+                            j->ldxp, j->xg + (t0 + b0) * j->ldxg + c0 / g, j->ldxg,
+                            facc + b0 * 32);
                 }
             }
             for (int b = 0; b < nb; b++)
-                for (int a = 0; a < pr; a++)
-                    j->y[(t0 + b) * j->ldy + r + a] =
-                        hsum16(_mm512_load_ps(facc + ((int64_t)a * tb + b) * 16)) * j->xs[t0 + b];
+                for (int h = 0; h < rv; h++)
+                    w4_store(j->y + (t0 + b) * j->ldy + r + 16 * h, pr - 16 * h,
+                             _mm512_load_ps(facc + b * 32 + h * 16), j->xs[t0 + b]);
         }
     }
 }
@@ -1631,6 +1849,35 @@ void dsr1_mm_int8_rows_avx512(const float *x, int64_t ldx, int n, int64_t cols, 
         }
         xs[t] = amax / 127.0f;
         xsum[t] = _mm512_reduce_add_epi32(sum);
+    }
+}
+
+/* W4A8's x for the kernel above: xp[t] = xq[t] with each 8 columns in the
+ * order 0,2,4,6,1,3,5,7 (the low then the high nibbles of 4 packed
+ * bytes), zero up to ldxp (a multiple of 128 >= ldxq); xg[t][g] = -8 * the
+ * sum of xq[t] over group g (32 or 128 columns), for ldxp / group groups. */
+void dsr1_mm_w4_prep_avx512(const int8_t *xq, int64_t ldxq, int n, int64_t group, int8_t *xp,
+                            int64_t ldxp, int32_t *xg, int64_t ldxg)
+{
+    const __m512i perm = _mm512_set4_epi32(0x0f0d0b09, 0x0e0c0a08, 0x07050301, 0x06040200);
+    const __m512i ones = _mm512_set1_epi8(1);
+    for (int t = 0; t < n; t++) {
+        const int8_t *src = xq + t * ldxq;
+        int8_t *o = xp + t * ldxp;
+        int32_t *s = xg + t * ldxg;
+        for (int64_t c = 0; c < ldxp; c += 64) {
+            __m512i v = c < ldxq ? _mm512_loadu_si512(src + c) : _mm512_setzero_si512();
+            _mm512_storeu_si512(o + c, _mm512_shuffle_epi8(v, perm));
+            __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, v);
+            if (group == 32) {
+                s[c / 32] = -8 * _mm512_mask_reduce_add_epi32(0x00ff, d);
+                s[c / 32 + 1] = -8 * _mm512_mask_reduce_add_epi32(0xff00, d);
+            } else if (c % 128 == 0) {
+                __m512i v2 = c + 64 < ldxq ? _mm512_loadu_si512(src + c + 64) : _mm512_setzero_si512();
+                d = _mm512_dpbusd_epi32(d, ones, v2);
+                s[c / 128] = -8 * _mm512_reduce_add_epi32(d);
+            }
+        }
     }
 }
 

@@ -30,14 +30,12 @@
  *                  group 0:  y = (float)dot * s_x * s_w[r]
  *                  group g:  acc = fma((float)dot_g, s_w[r][g], acc) over g, y = acc * s_x
  *                  INT4 weights (W4A8, group g > 0): x quantised as above;
- *                  16 lanes, column c in lane (c % 64) / 4 (a 64-column step
- *                  of vpdpbusd, 4 columns per lane). For each group in
- *                  order and each lane holding columns of it, the exact
- *                  dot d = sum (q - 8) * xq over the lane's columns of the
- *                  group, then acc[l] = fma((float)d, s_w[r][g], acc[l])
- *                  (a lane without columns in the group is left alone:
- *                  groups of 32 fill lanes 0-7 or 8-15 of a step);
- *                  y = dsr1_mm_hsum16(acc) * s_x.
+ *                  the grouped order above with the codes: for each group
+ *                  in order the exact dot d = sum (q - 8) * xq over its
+ *                  columns, acc = fma((float)d, s_w[r][g], acc) from acc = 0,
+ *                  y = acc * s_x. (Exact integer dots make the columns'
+ *                  order inside a group free: the AVX-512 kernel puts rows
+ *                  in lanes and reorders columns, matmul_avx512.c.)
  */
 #ifndef DSR1_CPU_MATMUL_IMPL_H
 #define DSR1_CPU_MATMUL_IMPL_H
@@ -64,8 +62,11 @@ typedef struct dsr1_mm_job {
     int64_t ldxq;            /* multiple of 64 >= cols */
     const float *xs;         /* INT8: [n] per-token scale (amax/127) */
     const int32_t *xsum;     /* INT8: [n] sum of the token's q */
-    const int32_t *xc;       /* INT8 mode, INT4 weights: [n][ldxq / 4], -8 * the
-                                sum of each 4 columns of xq (the (q - 8) offset) */
+    const int8_t *xp;        /* INT8 mode, INT4 weights, AVX-512 only (else NULL):
+                                [n][ldxp] xq reordered (dsr1_mm_w4_prep_avx512) */
+    int64_t ldxp;            /* multiple of 128 >= ldxq */
+    const int32_t *xg;       /* with xp: [n][ldxg] -8 * xq's sum per scale group */
+    int64_t ldxg;            /* ldxp / 32 */
     float *y;                /* [n][ldy] output, rows columns written */
     int64_t ldy;
     void *task_mem;          /* this task's own scratch, task_bytes (64-aligned) */
@@ -117,6 +118,12 @@ void dsr1_mm_bf16_rows_avx512(const float *x, int64_t ldx, int n, int64_t cols, 
  * scales and sums); ldxq a multiple of 16 >= cols, zero padded. */
 void dsr1_mm_int8_rows_avx512(const float *x, int64_t ldx, int n, int64_t cols, int8_t *xq,
                               int64_t ldxq, float *xs, int32_t *xsum);
+
+/* W4A8's x as the AVX-512 kernel reads it (group 32 or 128): xp = xq
+ * with each 8 columns reordered 0,2,4,6,1,3,5,7, zero padded to ldxp;
+ * xg[t][g] = -8 * sum of xq[t] over group g, ldxp / group of them. */
+void dsr1_mm_w4_prep_avx512(const int8_t *xq, int64_t ldxq, int n, int64_t group, int8_t *xp,
+                            int64_t ldxp, int32_t *xg, int64_t ldxg);
 
 /* Row r, columns [c0, c0+len) of w as the BF16 mode's bf16 weights (FP8:
  * bf16(e4m3 * block scale)) into out (64-byte aligned, zero padded to a
