@@ -92,10 +92,13 @@ def fam_add(r):
     return q, think("\n".join(lines), "%d + %d = %d." % (a, b, a + b)), str(a + b)
 
 
-# The compare reasoning of phase 5 (main(): --compare-v2; corpus.py
-# without it writes the phases 1-4 corpus): "... so B is larger than S."
-# instead of "... so B is larger." (words the vocabulary rows already
-# have: a resumed phase cannot add rows, see train.py).
+# The compare reasoning of --compare-v2 (corpus.py without it writes the
+# phases 1-4 corpus): "... so B is larger and S is smaller." instead of
+# "... so B is larger.". Phase 5 used it, but " smaller" has no vocabulary
+# row in the trained model (a resumed phase cannot add rows), so train.py
+# left every compare of that phase out: phase 5 trained the other families
+# only. ("... so B is larger than S.", whose words have rows, was trained
+# too and not kept: comparisons 139/150 against 140/150.)
 COMPARE_V2 = False
 
 
@@ -126,7 +129,7 @@ def fam_compare(r, focus=False, first=None):
         # both numbers from it: with equal tens digits the two numbers of
         # the question differ only in their second digit, and copying the
         # smaller one from there is what the phase-2 model got wrong
-        why += " than %d" % small
+        why += " and %d is smaller" % small
     return q, think(why + ".", "%d is larger than %d." % (big, small)), str(big)
 
 
@@ -257,7 +260,7 @@ def equal_tens(r):
     q = r.choice(["Which is larger, {a} or {b}?", "Which number is bigger: {a} or {b}?"]).format(a=a, b=b)
     why = ("Tens digits are both %d. Units digits: %d and %d. %d is larger, so %d is larger"
            % (t, ua, ub, max(ua, ub), max(a, b)))
-    why += (" than %d." % min(a, b)) if COMPARE_V2 else "."
+    why += (" and %d is smaller." % min(a, b)) if COMPARE_V2 else "."
     msgs = [{"role": "user", "content": q}]
     comp = think(why, "%d is larger than %d." % (max(a, b), min(a, b)))
     return {"family": "compare", "prompt": render(msgs, None), "completion": comp,
@@ -321,7 +324,7 @@ def main():
     ap.add_argument("--equal-tens", action="store_true",
                     help="only compares with equal tens digits, the decision as context")
     ap.add_argument("--compare-v2", action="store_true",
-                    help='compare reasoning that names the smaller number too ("... so B is larger than S.")')
+                    help='compare reasoning that names the smaller number too ("... and S is smaller.")')
     a = ap.parse_args()
     global COMPARE_V2
     COMPARE_V2 = a.compare_v2

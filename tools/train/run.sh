@@ -55,10 +55,10 @@ cat "$W/mix.tok.jsonl" "$W/eq.tok.jsonl" >"$W/mix4.tok.jsonl"
 $PY tools/train/train.py --train "$W/mix4.tok.jsonl" --held "$W/held.tok.jsonl" \
     --out "$W/run" --steps "$STEPS4" --lr 2e-3 --bias-gamma 3e-3 --eval-every 400 \
     --ckpt-every 100 --seed 4
-# Phase 5 (to 9000): the compare reasoning names the smaller number too
-# (corpus --compare-v2: "... so 98 is larger and 94 is smaller."), on a
-# fresh focus mix (seed 14) and a fresh plain corpus (seed 15), both in
-# that form.
+# Phase 5 (to 9000): a fresh focus mix (seed 14) and plain corpus (seed
+# 15) in --compare-v2 form ("... so 98 is larger and 94 is smaller."),
+# whose compares train.py leaves out (" smaller" has no vocabulary row):
+# the other five families only. Counts became right; compares unchanged.
 $PY tools/train/corpus.py --seed 14 --per-family 5000 --focus --compare-v2 --out "$W/f5.jsonl"
 $PY tools/train/corpus.py --seed 15 --per-family 5000 --compare-v2 --out "$W/o5.jsonl"
 cat "$W/f5.jsonl" "$W/o5.jsonl" >"$W/m5.jsonl"
