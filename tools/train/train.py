@@ -144,10 +144,14 @@ def main():
     # corpus may lack a token or add one: such examples are left out)
     used = st["used"] if st else sorted({t for e in tr for t in e["ids"]})
     lut = {t: i for i, t in enumerate(used)}
-    n_tr = len(tr)
-    tr = [e for e in tr if all(t in lut for t in e["ids"])]
-    if len(tr) != n_tr:
-        print("left out %d training examples with tokens outside the vocabulary rows" % (n_tr - len(tr)))
+    out = {}
+    for e in tr:
+        if not all(t in lut for t in e["ids"]):
+            out[e["family"]] = out.get(e["family"], 0) + 1
+    if out:  # said per family: a whole family left out is easy to miss
+        tr = [e for e in tr if all(t in lut for t in e["ids"])]
+        print("left out training examples with tokens outside the vocabulary rows: " +
+              ", ".join("%s %d" % kv for kv in sorted(out.items())), flush=True)
     held = [e for e in held if all(t in lut for t in e["ids"])]
     cfg = Cfg()
     model = TinyR1(cfg, used)
