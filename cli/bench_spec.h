@@ -13,4 +13,10 @@
 int dsr1_bench_spec_prompts(dsr1_model *m, const char *path, int batch, int gen, int k,
                             int rounds, dsr1_error *err);
 
+/* One line of a --prompts file (len bytes, no terminator needed):
+ * {"prompt": string, "tag": string (optional)}; *prompt and *tag (NULL
+ * without one) are malloc'd. Errors name path and line. */
+int dsr1_bench_prompt_parse(const char *text, size_t len, const char *path, long line,
+                            char **prompt, char **tag, dsr1_error *err);
+
 #endif

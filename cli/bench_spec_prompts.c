@@ -75,39 +75,55 @@ static int tag_index(bset *s, const char *name)
     return s->n_tags++;
 }
 
-/* One line of FILE into s (line counts from 1, for messages). */
-static int add_line(bset *s, const dsr1_tokenizer *tk, const char *path, long line, const char *text,
-                    dsr1_error *err)
+int dsr1_bench_prompt_parse(const char *text, size_t len, const char *path, long line,
+                            char **prompt, char **tag, dsr1_error *err)
 {
-    cJSON *j = cJSON_Parse(text);
+    *prompt = *tag = NULL;
+    cJSON *j = cJSON_ParseWithLength(text, len);
     const cJSON *pr = j ? cJSON_GetObjectItemCaseSensitive(j, "prompt") : NULL;
     const cJSON *tg = j ? cJSON_GetObjectItemCaseSensitive(j, "tag") : NULL;
     int rc = 0;
-    if (!cJSON_IsString(pr) || (tg && !cJSON_IsString(tg))) {
+    if (!cJSON_IsString(pr) || (tg && !cJSON_IsString(tg)))
         rc = dsr1_errorf(err, DSR1_EINVAL, "%s: line %ld: expected {\"prompt\": string, \"tag\": "
                          "string}", path, line);
-    } else {
-        bprompt *np = realloc(s->p, (size_t)(s->n + 1) * sizeof *np);
-        if (!np) {
-            rc = dsr1_errorf(err, DSR1_ENOMEM, "bench: out of memory");
-        } else {
-            s->p = np;
-            bprompt *p = &s->p[s->n];
-            memset(p, 0, sizeof *p);
-            rc = dsr1_tokenizer_encode(tk, pr->valuestring, strlen(pr->valuestring), &p->ids,
-                                       &p->n, err);
-            if (!rc && p->n == 0) {
-                free(p->ids);
-                rc = dsr1_errorf(err, DSR1_EINVAL, "%s: line %ld: empty prompt", path, line);
-            }
-            if (!rc) {
-                p->tag = tag_index(s, tg ? tg->valuestring : "all");
-                if ((int)p->n > s->max_len) s->max_len = (int)p->n;
-                s->n++;
-            }
-        }
+    else if (!pr->valuestring[0])
+        rc = dsr1_errorf(err, DSR1_EINVAL, "%s: line %ld: empty prompt", path, line);
+    else if (!(*prompt = strdup(pr->valuestring)) || (tg && !(*tag = strdup(tg->valuestring)))) {
+        free(*prompt);
+        *prompt = NULL;
+        rc = dsr1_errorf(err, DSR1_ENOMEM, "bench: out of memory");
     }
     cJSON_Delete(j);
+    return rc;
+}
+
+/* One line of FILE into s (line counts from 1, for messages). */
+static int add_line(bset *s, const dsr1_tokenizer *tk, const char *path, long line, const char *text,
+                    size_t len, dsr1_error *err)
+{
+    char *pr, *tg;
+    DSR1_TRY(dsr1_bench_prompt_parse(text, len, path, line, &pr, &tg, err));
+    int rc = 0;
+    bprompt *np = realloc(s->p, (size_t)(s->n + 1) * sizeof *np);
+    if (!np) {
+        rc = dsr1_errorf(err, DSR1_ENOMEM, "bench: out of memory");
+    } else {
+        s->p = np;
+        bprompt *p = &s->p[s->n];
+        memset(p, 0, sizeof *p);
+        rc = dsr1_tokenizer_encode(tk, pr, strlen(pr), &p->ids, &p->n, err);
+        if (!rc && p->n == 0) {
+            free(p->ids);
+            rc = dsr1_errorf(err, DSR1_EINVAL, "%s: line %ld: empty prompt", path, line);
+        }
+        if (!rc) {
+            p->tag = tag_index(s, tg ? tg : "all");
+            if ((int)p->n > s->max_len) s->max_len = (int)p->n;
+            s->n++;
+        }
+    }
+    free(pr);
+    free(tg);
     return rc;
 }
 
@@ -125,7 +141,7 @@ static int load_prompts(bset *s, const dsr1_model *m, const char *path, dsr1_err
     while (!rc && (len = getline(&line, &cap, f)) >= 0) {
         no++;
         if (strspn(line, " \t\r\n") == (size_t)len) continue;
-        rc = add_line(s, tk, path, no, line, err);
+        rc = add_line(s, tk, path, no, line, (size_t)len, err);
     }
     free(line);
     fclose(f);
