@@ -235,6 +235,47 @@ static int measure_membw(int threads, double *gbs, dsr1_error *err)
     return rc;
 }
 
+/* Of the mappings of path in /proc/self/smaps: the resident bytes and
+ * those mapped with 2 MiB pages (FilePmdMapped). 0 when the kernel does
+ * not say (the line came with Linux 4.18). */
+static int mapped_pages(const char *path, double *rss, double *pmd)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    char line[4096];
+    int in = 0, seen = 0;
+    size_t pl = strlen(path);
+    *rss = *pmd = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        size_t n = strlen(line);
+        while (n && line[n - 1] == '\n') line[--n] = 0;
+        /* a mapping's header, "lo-hi perms offset dev inode path", starts
+         * with a lowercase hex digit; its "Key: value" lines do not */
+        if ((line[0] >= '0' && line[0] <= '9') || (line[0] >= 'a' && line[0] <= 'f'))
+            in = n >= pl && !strcmp(line + n - pl, path);
+        else if (in && !strncmp(line, "Rss:", 4))
+            *rss += strtod(line + 4, NULL) * 1024;
+        else if (in && !strncmp(line, "FilePmdMapped:", 14))
+            *pmd += strtod(line + 14, NULL) * 1024, seen = 1;
+    }
+    if (f) fclose(f);
+    return seen;
+}
+
+/* How much of the model's resident weights is mapped with 2 MiB pages:
+ * pages read in through the mapping can come as 2 MiB folios (ext4 from
+ * Linux 6.16, xfs), pages left in the page cache by write(2) (a file just
+ * copied) stay 4 KiB, and decode streams those 15-20% slower. Said here
+ * so a slow run can be told from a cache in small pages. */
+static void print_pages(const char *path)
+{
+    double rss, pmd;
+    char a[32], b[32];
+    if (!mapped_pages(path, &rss, &pmd) || rss <= 0) return;
+    printf("weights mapped with 2 MiB pages: %s of %s resident%s\n",
+           dsr1_common_bytes(pmd, a, sizeof a), dsr1_common_bytes(rss, b, sizeof b),
+           pmd < 0.5 * rss ? " (4 KiB pages stream slower: see dsr1-bench(1), PAGES)" : "");
+}
+
 static void print_table(const char *path, dsr1_model *m, const model_opts *o, double membw,
                         const model_result *res, int n)
 {
@@ -244,6 +285,7 @@ static void print_table(const char *path, dsr1_model *m, const model_opts *o, do
     printf("membw %.1f GB/s; weights per decoded token (batch 1) %s -> bandwidth bound %.2f tok/s; "
            "%s compute\n", membw, dsr1_common_bytes(wbytes, wb, sizeof wb),
            wbytes > 0 ? membw * 1e9 / wbytes : 0, o->f32 ? "f32" : "fast");
+    print_pages(path);
     printf("%7s %5s %5s %10s %12s %9s %11s %9s %9s %8s\n", "prompt", "batch", "gen", "ttft_ms",
            "prefill_t/s", "tpot_ms", "decode_t/s", "step_ms", "eff_GB/s", "%bound");
     for (int i = 0; i < n; i++) print_row(&res[i], o->gen, wbytes, membw);

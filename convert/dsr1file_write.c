@@ -341,6 +341,13 @@ int dsr1_writer_finish(dsr1_writer *w, dsr1_error *err)
     if (!rc) rc = write_tail(w, err);
     if (!rc && fsync(w->fd) != 0)
         rc = dsr1_errorf(err, DSR1_EIO, "%s: fsync: %s", w->tmp, strerror(errno));
+    /* Drop the written pages from the page cache (they are on disk now).
+     * Pages cached by write(2) are small folios; read back through a
+     * mapping, a kernel with large folios for the filesystem (ext4 from
+     * Linux 6.16, xfs) caches them in 2 MiB folios that are mapped with 2
+     * MiB pages, and decode, which streams the weights once per token,
+     * reads those 15-20% faster (README, Performance). Best effort. */
+    if (!rc) (void)posix_fadvise(w->fd, 0, 0, POSIX_FADV_DONTNEED);
     if (!rc && rename(w->tmp, w->path) != 0)
         rc = dsr1_errorf(err, DSR1_EIO, "%s: cannot rename to %s: %s", w->tmp, w->path,
                          strerror(errno));

@@ -188,6 +188,7 @@ int dsr1_mem_preload(dsr1_preload **out, const char *path, int lock,
     /* Sequential read-ahead, in 64 MiB steps so progress can be reported;
      * one byte per page faults each page in from the file. */
     madvise(map, size, MADV_SEQUENTIAL);
+    (void)madvise(map, size, MADV_HUGEPAGE); /* 2 MiB folios: see map_file in dsr1file.c */
     size_t pg = (size_t)sysconf(_SC_PAGESIZE), step = (size_t)64 << 20;
     volatile unsigned char sink = 0;
     for (size_t off = 0; off < size; off += step) {

@@ -6,7 +6,8 @@
 # - --focus: history (one or two earlier exchanges) in about half the prompts;
 # - --equal-tens: compares with equal tens digits whose "context" is the
 #   completion's first sentence; prep.py counts it as prompt (loss mask);
-# - --compare-v2 names the smaller number in the reasoning;
+# - --compare-v2 names the smaller number in the reasoning; --compare-v3
+#   writes the tens digits before deciding whether they are equal;
 # - evaluate.py --focus scores the trained model on history-heavy prompts;
 # - bad input: prep.py on a malformed line fails with a message, no output.
 set -u
@@ -41,6 +42,18 @@ for e in v2:
     big, small = int(e["answer"]), int(e["expect"]["content"].split()[-1].rstrip("."))
     if ("so %d is larger and %d is smaller." % (big, small)) not in e["completion"]:
         print("FAIL: --compare-v2 reasoning", e["completion"]); ok = False
+# --compare-v3: the tens digits written before the decision; equal-tens
+# examples then carry no context (the decision is a target)
+for e in gen("--seed", "5", "--per-family", "40", "--compare-v3") + \
+        gen("--seed", "13", "--per-family", "10", "--equal-tens", "--compare-v3"):
+    if e["family"] != "compare":
+        continue
+    a, b = (int(x) for x in e["request"]["messages"][-1]["content"].rstrip("?").split()[-3::2])
+    t = "Tens digits: %d and %d." % (a // 10, b // 10)
+    if a // 10 == b // 10:
+        t += "\nTens digits are both %d. Units digits: %d and %d." % (a // 10, a % 10, b % 10)
+    if not e["completion"].startswith(t) or "context" in e or e["answer"] != str(max(a, b)):
+        print("FAIL: --compare-v3 example", e["request"], e["completion"]); ok = False
 sys.exit(0 if ok else 1)
 PY
 # prep.py: the context is counted as prompt only where it is the

@@ -101,6 +101,32 @@ def fam_add(r):
 # too and not kept: comparisons 139/150 against 140/150.)
 COMPARE_V2 = False
 
+# The compare reasoning of --compare-v3 (phase 6): the tens digits are
+# always written out first ("Tens digits: 5 and 5.") and only then is the
+# decision taken (on a new line: "Tens digits are both 5. Units ..."). In the
+# phases 1-5 form that decision was the first reasoning token, taken
+# before either digit was written: the trained model wrote "Tens digits:
+# 5 and 5. 5 is larger" for about one pair in ten with equal tens digits.
+# With both digits just written, the decision is a look at the two tokens
+# before it. Pairs with different tens digits read as before. Tried as a
+# phase 6 (steps 9000-10000 from the published checkpoint, lr tail
+# 4.9e-4 to 4e-4; seeds 16 focus, 17 plain, 18 3,000 --equal-tens, all
+# --compare-v3) and not kept: on held-out seed 6 it still wrote "Tens
+# digits: 7 and 7. 7 is larger" (compare 44/50, was 45/50) and counted
+# worse (44/50, was 50/50).
+COMPARE_V3 = False
+
+
+def compare_why(a, b):
+    """The compare reasoning, without its final full stop."""
+    big = max(a, b)
+    ta, tb = a // 10, b // 10
+    if ta != tb:
+        return "Tens digits: %d and %d. %d is larger, so %d is larger" % (ta, tb, max(ta, tb), big)
+    why = ("Tens digits are both %d. Units digits: %d and %d. %d is larger, so %d is larger"
+           % (ta, a % 10, b % 10, max(a % 10, b % 10), big))
+    return ("Tens digits: %d and %d.\n" % (ta, tb) + why) if COMPARE_V3 else why
+
 
 def fam_compare(r, focus=False, first=None):
     # (Tried: 40% equal tens digits in the focus mix. The model then
@@ -118,12 +144,7 @@ def fam_compare(r, focus=False, first=None):
             a, b = b, a
     q = r.choice(["Which is larger, {a} or {b}?", "Which number is bigger: {a} or {b}?"]).format(a=a, b=b)
     big, small = max(a, b), min(a, b)
-    ta, tb = a // 10, b // 10
-    if ta != tb:
-        why = "Tens digits: %d and %d. %d is larger, so %d is larger" % (ta, tb, max(ta, tb), big)
-    else:
-        why = ("Tens digits are both %d. Units digits: %d and %d. %d is larger, so %d is larger"
-               % (ta, a % 10, b % 10, max(a % 10, b % 10), big))
+    why = compare_why(a, b)
     if COMPARE_V2:
         # the smaller number said in the reasoning, so the answer copies
         # both numbers from it: with equal tens digits the two numbers of
@@ -253,19 +274,21 @@ def equal_tens(r):
     """A compare with equal tens digits whose decision ("Tens digits are
     both T.") is given as context (prep.py adds it to the prompt tokens'
     loss mask): more practice at what follows it without moving the prior
-    of the decision itself."""
+    of the decision itself. With --compare-v3 the decision comes after
+    the digits are written and is trained like any other token."""
     t = r.randint(1, 9)
     ua, ub = r.sample(range(10), 2)
     a, b = 10 * t + ua, 10 * t + ub
     q = r.choice(["Which is larger, {a} or {b}?", "Which number is bigger: {a} or {b}?"]).format(a=a, b=b)
-    why = ("Tens digits are both %d. Units digits: %d and %d. %d is larger, so %d is larger"
-           % (t, ua, ub, max(ua, ub), max(a, b)))
+    why = compare_why(a, b)
     why += (" and %d is smaller." % min(a, b)) if COMPARE_V2 else "."
     msgs = [{"role": "user", "content": q}]
     comp = think(why, "%d is larger than %d." % (max(a, b), min(a, b)))
-    return {"family": "compare", "prompt": render(msgs, None), "completion": comp,
-            "context": "Tens digits are both %d." % t, "answer": str(max(a, b)),
-            "request": {"messages": msgs}, "expect": expect(comp)}
+    ex = {"family": "compare", "prompt": render(msgs, None), "completion": comp,
+          "answer": str(max(a, b)), "request": {"messages": msgs}, "expect": expect(comp)}
+    if not COMPARE_V3:
+        ex["context"] = "Tens digits are both %d." % t
+    return ex
 
 
 def gen(r, fam, focus, first=None):
@@ -325,9 +348,13 @@ def main():
                     help="only compares with equal tens digits, the decision as context")
     ap.add_argument("--compare-v2", action="store_true",
                     help='compare reasoning that names the smaller number too ("... and S is smaller.")')
+    ap.add_argument("--compare-v3", action="store_true",
+                    help='compare reasoning that writes the tens digits before deciding ("Tens digits: 5 and 5.\\n'
+                         'Tens digits are both 5. ...")')
     a = ap.parse_args()
-    global COMPARE_V2
+    global COMPARE_V2, COMPARE_V3
     COMPARE_V2 = a.compare_v2
+    COMPARE_V3 = a.compare_v3
     r = random.Random(a.seed)
     f = open(a.out, "w", encoding="utf-8") if a.out else sys.stdout
     for i in range(a.per_family if a.equal_tens else 0):
