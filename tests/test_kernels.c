@@ -551,6 +551,57 @@ DSR1_TEST(kernels_int4_w4a8_matches_portable)
     dsr1_pool_free(pool);
 }
 
+/* W8A8 with one scale per row, more than 4 tokens: rows in lanes
+ * (rows_int8_lanes, columns a multiple of 64) and the lanes-as-columns
+ * panel (other columns) against the portable kernel, bit for bit: rows
+ * that leave a ragged 32-row panel and a half-empty 16-row half (37, 45,
+ * 21), one and several 512-column chunks with a ragged last one (192,
+ * 1600, 4160) and columns no multiple of 64 (200), n = 5, 6, 7 (ragged
+ * 6-token tiles), 64 and 300 (two 192-token blocks), 1 thread (one task)
+ * and 2; every 13th token alone gives its bits in the batch. */
+DSR1_TEST(kernels_int8_w8a8_lanes_matches_portable)
+{
+    if (!dsr1_mm_avx512_usable())
+        DSR1_SKIP("no AVX-512 BF16/VNNI kernels on this CPU: %s", "dsr1_matmul would be the portable kernel compared with itself");
+    static const int ns[] = {5, 6, 7, 64, 300};
+    static const int64_t shapes[][2] = {{37, 192}, {45, 1600}, {21, 4160}, {40, 200}};
+    dsr1_pool *pool = NULL;
+    dsr1_error err = {0};
+    CHECK_OK(dsr1_pool_create(&pool, 2, &err), &err);
+    for (int si = 0; si < 4; si++) {
+        int64_t rows = shapes[si][0], cols = shapes[si][1], ldx = cols + 3;
+        tmat m = dsr1_test_mat(DSR1_T_INT8, rows, cols, 0, 81 + (uint64_t)si);
+        float *x = make_x(300, ldx, 82 + (uint64_t)si);
+        size_t ybytes = (size_t)300 * (size_t)rows * 4;
+        float *y = malloc(ybytes), *port = malloc(ybytes), *one = malloc((size_t)rows * 4);
+        for (int ni = 0; ni < 5; ni++) {
+            int n = ns[ni];
+            dsr1_matmul_with(NULL, &m.w, x, ldx, port, rows, n, DSR1_ACT_INT8, DSR1_MM_PORTABLE);
+            dsr1_matmul(NULL, &m.w, x, ldx, y, rows, n, DSR1_ACT_INT8);
+            CHECKF(!memcmp(y, port, (size_t)n * (size_t)rows * 4),
+                   "%s %lldx%lld n=%d, 1 thread: W8A8 differs from portable", m.what,
+                   (long long)rows, (long long)cols, n);
+            dsr1_matmul(pool, &m.w, x, ldx, y, rows, n, DSR1_ACT_INT8);
+            CHECKF(!memcmp(y, port, (size_t)n * (size_t)rows * 4),
+                   "%s %lldx%lld n=%d: W8A8 differs from portable", m.what, (long long)rows,
+                   (long long)cols, n);
+            int bad = 0;
+            for (int tok = 0; tok < n; tok += 13) {
+                dsr1_matmul(NULL, &m.w, x + tok * ldx, ldx, one, rows, 1, DSR1_ACT_INT8);
+                bad += memcmp(one, y + tok * rows, (size_t)rows * 4) != 0;
+            }
+            CHECKF(!bad, "%s %lldx%lld n=%d: %d tokens alone differ from in the batch", m.what,
+                   (long long)rows, (long long)cols, n, bad);
+        }
+        free(x);
+        free(y);
+        free(port);
+        free(one);
+        dsr1_test_mat_free(&m);
+    }
+    dsr1_pool_free(pool);
+}
+
 /* The W4A8 order of matmul_impl.h written out here from its text: x
  * quantised per token (s = amax/127, q = rint(x * (127/amax))), per group
  * the exact dot of (code - 8) with q, acc = fmaf((float)dot, s_w, acc) in

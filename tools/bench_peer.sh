@@ -19,7 +19,8 @@
 #     peers' llama-quantize):
 #       dsr1 fp8, int8  vs  Q8_0       dsr1 int4  vs  Q4_0 (Q4=q4_k_m: Q4_K_M)
 #       dsr1 bf16       vs  BF16
-#     Both INT4 sides keep the LM head at 8 bits (dsr1 INT8, GGUF Q8_0).
+#     The 8- and 4-bit pairs keep LM heads at 8 bits (dsr1 INT8, GGUF Q8_0): the
+#     FP8 file is converted with INT8 heads (FP8_HEAD=bf16: as published).
 #  4. for each pair, ROUNDS rounds (default 3), each round running dsr1,
 #     llama.cpp and ik_llama.cpp once in turn (interleaved: a burst of load
 #     from other processes hits all three alike) with the same threads:
@@ -33,7 +34,7 @@
 # one pair at a time: at most ~19 GB more for fp8, 31 GB for bf16), TYPES
 # (default "fp8 int8 int4"; bf16 needs memory for a BF16 model twice over,
 # ~23 GB for this preset), THREADS (default 2), ROUNDS, PP (512), TG (32),
-# CKPT, Q4 (q4_0), KEEP=1 keeps the converted files (else each pair's files
+# CKPT, Q4 (q4_0), FP8_HEAD (int8; bf16 as published), KEEP=1 keeps the converted files (else each pair's files
 # are deleted after its rounds). Either source may be left out; its columns
 # are then "-".
 # Prints the table to stdout and to $W/peer.txt; the raw runs go to
@@ -87,9 +88,18 @@ fi
 gguf_for() { # dsr1 type -> GGUF type
     case $1 in fp8 | int8) echo q8_0 ;; int4) echo "$Q4" ;; bf16) echo bf16 ;; esac
 }
+# FP8 keeps its LM heads as published (BF16) unless told; the Q8_0 GGUF
+# has its head at Q8_0, so the FP8 file here carries INT8 heads (what
+# `--type int8` gives them): both sides read 8-bit heads. FP8_HEAD=bf16
+# compares the file as published instead.
 dsr1_file() {
-    f=$W/r1-$1.dsr1
-    [ -f "$f" ] || nice -n 10 "$DSR1" convert "$CKPT" -o "$f" --type "$1" --threads "$THREADS" --quiet
+    f=$W/r1-$1.dsr1 ty=$1
+    set -- --type "$ty"
+    if [ "$ty" = fp8 ] && [ "${FP8_HEAD:-int8}" != bf16 ]; then
+        set -- "$@" --type-for "lm_head.weight=${FP8_HEAD:-int8}" \
+            --type-for "*.shared_head.head.weight=${FP8_HEAD:-int8}"
+    fi
+    [ -f "$f" ] || nice -n 10 "$DSR1" convert "$CKPT" -o "$f" "$@" --threads "$THREADS" --quiet
     echo "$f"
 }
 # bf16, q8_0, q4_0: written directly from the checkpoint (no BF16 file on
@@ -177,6 +187,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b == 0) p
     echo "machine: ${cpu:-unknown CPU}, $(nproc) CPUs, $THREADS threads; medians of $ROUNDS interleaved rounds"
     echo "dsr1 $("$DSR1" --version 2>/dev/null | head -1) ($(git -C "$HERE/.." rev-parse --short HEAD 2>/dev/null || echo '?'))" \
         "llama.cpp ${LLAMA_SRC:-(not run)} ik_llama.cpp ${IK_SRC:-(not run)} (ik: -mla 3 -fmoe 1)"
+    echo "LM heads: dsr1 int8/int4 INT8, fp8 ${FP8_HEAD:-int8}; GGUF Q8_0/Q4_0 Q8_0"
     printf '%-22s %8s %8s %8s %8s %8s\n' "tok/s" dsr1 llama ik dsr1/llama dsr1/ik
     for t in $TYPES; do
         q=$(gguf_for "$t")

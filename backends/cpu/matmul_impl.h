@@ -103,6 +103,10 @@ typedef enum {
 /* Compute output rows [r0, r1) of the job, all n tokens. */
 void dsr1_mm_rows_portable(const dsr1_mm_job *j, int64_t r0, int64_t r1);
 void dsr1_mm_rows_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1);
+/* matmul_lanes_avx512.c, called by dsr1_mm_rows_avx512: W4A8, and W8A8
+ * with one scale per row for n > 4 and columns a multiple of 64. */
+void dsr1_mm_rows_w4a8_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1);
+void dsr1_mm_rows_int8_lanes_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1);
 
 /* dsr1_matmul with the kernel chosen by the caller (tests compare them).
  * DSR1_MM_AVX512 on a CPU without it falls back to AUTO. */

@@ -1,0 +1,591 @@
+/*
+ * matmul_lanes_avx512.c - the AVX-512 integer kernels with rows in lanes:
+ * W4A8 (INT4 weights, int8 activations) and W8A8 with one scale per row
+ * for more than 4 tokens. Entered through dsr1_mm_rows_w4a8_avx512 and
+ * dsr1_mm_rows_int8_lanes_avx512 from matmul_avx512.c's dispatch.
+ *
+ * Both transpose 16 rows' bytes as 32-bit elements (tr16) so that one
+ * vpdpbusd against 4 bytes of a token's x broadcast from memory adds 4
+ * columns of 16 rows and each lane ends with its row's exact dot: no
+ * horizontal sums. The invariant of matmul_avx512.c holds here: the exact
+ * integer dots and then the canonical float steps of matmul_impl.h, so
+ * results equal the portable kernels bit for bit.
+ */
+#include "matmul_impl.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define INLINE static inline __attribute__((always_inline))
+
+/* ---- INT4 x INT8 (W4A8) ---------------------------------------------------------- */
+
+/* Lanes are rows: a vector holds 4 codes of each of 16 rows, so one
+ * vpdpbusd against 4 bytes of a token's x (broadcast from memory) adds 4
+ * columns of 16 rows, and after a group's steps each lane holds its row's
+ * exact group dot: the canonical order (matmul_impl.h) then costs one
+ * convert and one fma per group for 16 rows, amortised over 32 vpdpbusd
+ * (groups of 128) or 8 (groups of 32), where lanes-as-columns spent them
+ * per row. The packed rows are turned into that layout 128 columns at a
+ * time (w4_block): 16 rows x 64 bytes transposed as 32-bit elements (each
+ * lane then holds 8 codes of its row), split into low and high nibbles
+ * (columns 0,2,4,6 and 1,3,5,7 of each 8); x comes reordered the same way
+ * (xp, dsr1_mm_w4_prep_avx512). The accumulators start from xg (-8 * the
+ * token's sum of xq over the group), so they hold sum (q - 8) * xq.
+ * One token: w4_gemv1 (lanes as columns, a reduction per group instead of
+ * the transpose). 2 to 4 tokens: a 16-row block streams its rows 128
+ * columns at a time through registers. More tokens go by blocks of W4_TB
+ * tokens and chunks of W4_KC columns: a 32-row chunk is laid out once per
+ * block in a code panel (16 KB, L1) with its scales as float vectors,
+ * every tile of W4_NT tokens x 32 rows (12 int32 and 12 float
+ * accumulators) reads it, and the float accumulators stay in memory
+ * between chunks. Why: with lanes as columns (the kernel before, same
+ * dots, a 16-lane convert and fma per group, row and token) 512 tokens
+ * took 2.0-2.1x this kernel's time on R1's shapes (Zen 4, 2 threads;
+ * 2.2-3.0x in one thread's CPU time); W4A8 is now 1.2-1.3x faster than
+ * W8A8 there, and vpdpbusd is most of its profile (README, Performance). */
+#define W4_NT 6
+#define W4_TB 192
+#define W4_KC 512                   /* a multiple of 128 */
+
+/* 16x16 transpose of 32-bit elements: afterwards lane i of v[k] is what
+ * lane k of v[i] was. */
+INLINE void tr16(__m512i v[16])
+{
+    __m512i t[16], u[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    /* u[4i + m], 128-bit block j: element 4j + m of rows 4i .. 4i+3 */
+#pragma GCC unroll 4
+    for (int m = 0; m < 4; m++) {
+        __m512i a = _mm512_shuffle_i32x4(u[m], u[4 + m], 0x44), b = _mm512_shuffle_i32x4(u[m], u[4 + m], 0xee);
+        __m512i c = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0x44), d = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0xee);
+        v[m] = _mm512_shuffle_i32x4(a, c, 0x88);
+        v[4 + m] = _mm512_shuffle_i32x4(a, c, 0xdd);
+        v[8 + m] = _mm512_shuffle_i32x4(b, d, 0x88);
+        v[12 + m] = _mm512_shuffle_i32x4(b, d, 0xdd);
+    }
+}
+
+/* Rows [r, r + pr) (pr <= 16), columns [c, c + 128): v[k] lane i holds the
+ * packed bytes 4k .. 4k+3 of row r + i there (columns c + 8k .. c + 8k + 7);
+ * missing rows and the columns past the row's end are zero. */
+INLINE void w4_block(const dsr1_wmat *w, int64_t r, int pr, int64_t c, __m512i v[16])
+{
+    const int64_t ld = w->cols / 2, left = (w->cols - c) / 2;
+    const uint8_t *p = (const uint8_t *)w->data + r * ld + c / 2;
+    const __mmask64 m = left >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << left) - 1;
+    if (pr == 16 && left >= 64) {
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) v[i] = _mm512_loadu_si512(p + i * ld);
+    } else {
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++)
+            v[i] = i < pr ? _mm512_maskz_loadu_epi8(m, p + i * ld) : _mm512_setzero_si512();
+    }
+    tr16(v);
+}
+
+/* Low and high nibbles of the packed bytes: codes 0..15 as bytes. */
+INLINE __m512i w4_lo(__m512i v) { return _mm512_and_si512(v, _mm512_set1_epi8(0x0f)); }
+INLINE __m512i w4_hi(__m512i v) { return _mm512_and_si512(_mm512_srli_epi32(v, 4), _mm512_set1_epi8(0x0f)); }
+
+/* 4 bytes of x broadcast to every lane (vpdpbusd's memory operand). */
+INLINE __m512i w4_x4(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* acc + vpdpbusd(w, the 4 bytes at p in every lane), the bytes read by
+ * the instruction itself ({1to16}). gcc 12 gives the intrinsic's
+ * accumulator a copy per call (a register move per vpdpbusd, and no
+ * folded broadcast): a tied asm operand avoids both. */
+INLINE __m512i w4_dp(__m512i acc, __m512i w, const int8_t *p)
+{
+#if defined(__GNUC__) && !defined(__clang__)
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const int32_t *)p));
+    return acc;
+#else
+    return _mm512_dpbusd_epi32(acc, w, w4_x4(p));
+#endif
+}
+
+/* Scales of rows [r, r + pr) (pr <= 16), groups [g0, g0 + ngr), as floats
+ * (the values of dsr1_wmat_scale): out[gi * ld + i] for row r + i, zero
+ * for missing rows. */
+static void w4_scales(const dsr1_wmat *w, int64_t r, int pr, int64_t g0, int64_t ngr, int f16,
+                      float *out, int64_t ld)
+{
+    const int64_t ng = w->cols / w->group;
+    const uint16_t *s = (const uint16_t *)w->scale + r * ng + g0;
+    for (int64_t gb = 0; gb < ngr; gb += 16) {
+        int cnt = ngr - gb < 16 ? (int)(ngr - gb) : 16;
+        __mmask16 m = (__mmask16)((1u << cnt) - 1);
+        __m512i v[16];
+        for (int i = 0; i < 16; i++) {
+            __m256i h = i < pr ? _mm256_maskz_loadu_epi16(m, s + i * ng + gb) : _mm256_setzero_si256();
+            v[i] = f16 ? _mm512_castps_si512(_mm512_cvtph_ps(h))
+                       : _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
+        }
+        tr16(v);
+        for (int k = 0; k < cnt; k++) _mm512_store_si512(out + (gb + k) * ld, v[k]);
+    }
+}
+
+/* y[b][r + i] = lanes i < pr of acc * s_x (token b). */
+INLINE void w4_store(float *y, int pr, __m512 acc, float xs)
+{
+    __mmask16 m = pr >= 16 ? 0xffff : (__mmask16)((1u << pr) - 1);
+    _mm512_mask_storeu_ps(y, m, _mm512_mul_ps(acc, _mm512_set1_ps(xs)));
+}
+
+/* While the 16-row block at r is read 128 columns (1 KB) at a time:
+ * the next block's same share of bytes (the blocks are contiguous) into
+ * L2, so it is there in whole when its turn comes. Measured against
+ * per-row prefetch 1 KB ahead and none (Zen 4, one thread): 10-35%
+ * faster at n = 1, 2 and 4 on weights streamed from DRAM (18432x7168),
+ * within noise from L3. */
+INLINE void w4_prefetch(const dsr1_wmat *w, int64_t r, int64_t c)
+{
+    const char *pf = (const char *)w->data + (r + 16) * (w->cols / 2) + c * 8;
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) _mm_prefetch(pf + i * 64, _MM_HINT_T1);
+}
+
+/* 2 to 4 tokens: 16-row blocks, each streamed 128 columns at a time
+ * through registers (w4_block) while the next is prefetched; the scales
+ * of 16 groups at a time go to sct. g32: groups of 32, else 128. */
+INLINE void w4_gemv(const int nt, const int g32, const dsr1_mm_job *j, int64_t r0, int64_t r1)
+{
+    const dsr1_wmat *w = j->w;
+    const int64_t g = g32 ? 32 : 128, ng = w->cols / g;
+    const int f16 = w->scale_type == DSR1_T_F16;
+    _Alignas(64) float sct[16 * 16];
+    for (int64_t r = r0; r < r1; r += 16) {
+        const int pr = (int)(r1 - r < 16 ? r1 - r : 16);
+        __m512 acc[4];
+#pragma GCC unroll 4
+        for (int b = 0; b < nt; b++) acc[b] = _mm512_setzero_ps();
+        for (int64_t c = 0; c < w->cols; c += 128) {
+            const int64_t gi0 = c / g;
+            if (gi0 % 16 == 0 && c % g == 0)
+                w4_scales(w, r, pr, gi0, ng - gi0 < 16 ? ng - gi0 : 16, f16, sct, 16);
+            w4_prefetch(w, r, c);
+            __m512i v[16];
+            w4_block(w, r, pr, c, v);
+            const int ngr = g32 ? (w->cols - c >= 128 ? 4 : (int)((w->cols - c) / 32)) : 1;
+            const int nk = g32 ? 4 : 16; /* packed 32-bit elements per group */
+#pragma GCC unroll 4
+            for (int q = 0; q < ngr; q++) {
+                const int64_t gi = gi0 + q;
+                __m512i d[4];
+#pragma GCC unroll 4
+                for (int b = 0; b < nt; b++) d[b] = _mm512_set1_epi32(j->xg[b * j->ldxg + gi]);
+#pragma GCC unroll 16
+                for (int kk = 0; kk < nk; kk++) {
+                    const int k = (g32 ? 4 * q : 0) + kk;
+                    const __m512i lo = w4_lo(v[k]), hi = w4_hi(v[k]);
+#pragma GCC unroll 4
+                    for (int b = 0; b < nt; b++) {
+                        const int8_t *x = j->xp + b * j->ldxp + c + 8 * k;
+                        d[b] = w4_dp(d[b], lo, x);
+                        d[b] = w4_dp(d[b], hi, x + 4);
+                    }
+                }
+                const __m512 sv = _mm512_load_ps(sct + (gi % 16) * 16);
+#pragma GCC unroll 4
+                for (int b = 0; b < nt; b++) acc[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d[b]), sv, acc[b]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int b = 0; b < nt; b++) w4_store(j->y + b * j->ldy + r, pr, acc[b], j->xs[b]);
+    }
+}
+
+/* One token: lanes are columns instead (a row's 128 columns in one load,
+ * its nibbles against x' as vectors: lane l of xl and xh the x' of packed
+ * element l's low and high nibbles), then the 16 rows' exact dots
+ * gathered into lanes by two levels of pairwise adds (each 128-bit block
+ * then holds 4 rows' sums over one group of 32) and a 4x4 transpose of
+ * the blocks: fewer shuffles than transposing the codes when no second
+ * token shares them. Then the same per-group float steps. */
+INLINE void w4_gemv1(const int g32, const dsr1_mm_job *j, int64_t r0, int64_t r1)
+{
+    const dsr1_wmat *w = j->w;
+    const int64_t g = g32 ? 32 : 128, ng = w->cols / g, ld = w->cols / 2;
+    const int f16 = w->scale_type == DSR1_T_F16;
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
+    _Alignas(64) float sct[16 * 16];
+    for (int64_t r = r0; r < r1; r += 16) {
+        const int pr = (int)(r1 - r < 16 ? r1 - r : 16);
+        const uint8_t *p = (const uint8_t *)w->data + r * ld;
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t c = 0; c < w->cols; c += 128) {
+            const int64_t gi0 = c / g, left = (w->cols - c) / 2;
+            if (gi0 % 16 == 0) w4_scales(w, r, pr, gi0, ng - gi0 < 16 ? ng - gi0 : 16, f16, sct, 16);
+            w4_prefetch(w, r, c);
+            const __m512i x0 = _mm512_load_si512(j->xp + c), x1 = _mm512_load_si512(j->xp + c + 64);
+            const __m512i xl = _mm512_permutex2var_epi32(x0, ev, x1), xh = _mm512_permutex2var_epi32(x0, od, x1);
+            const __mmask64 m = left >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << left) - 1;
+            __m512i d[16];
+            if (pr == 16 && left >= 64) {
+#pragma GCC unroll 16
+                for (int i = 0; i < 16; i++) {
+                    const __m512i v = _mm512_loadu_si512(p + i * ld + c / 2);
+                    d[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w4_lo(v), xl), w4_hi(v), xh);
+                }
+            } else {
+#pragma GCC unroll 16
+                for (int i = 0; i < 16; i++) {
+                    const __m512i v = i < pr ? _mm512_maskz_loadu_epi8(m, p + i * ld + c / 2) : _mm512_setzero_si512();
+                    d[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w4_lo(v), xl), w4_hi(v), xh);
+                }
+            }
+            __m512i a[8], b[4];
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++)
+                a[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(d[2 * i], d[2 * i + 1]),
+                                        _mm512_unpackhi_epi32(d[2 * i], d[2 * i + 1]));
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++)
+                b[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(a[2 * i], a[2 * i + 1]),
+                                        _mm512_unpackhi_epi64(a[2 * i], a[2 * i + 1]));
+            /* b[i], block q: rows 4i .. 4i+3 over columns 32q .. 32q+31 */
+            const __m512i e0 = _mm512_shuffle_i32x4(b[0], b[1], 0x44), e1 = _mm512_shuffle_i32x4(b[0], b[1], 0xee);
+            const __m512i e2 = _mm512_shuffle_i32x4(b[2], b[3], 0x44), e3 = _mm512_shuffle_i32x4(b[2], b[3], 0xee);
+            __m512i q4[4] = {_mm512_shuffle_i32x4(e0, e2, 0x88), _mm512_shuffle_i32x4(e0, e2, 0xdd),
+                             _mm512_shuffle_i32x4(e1, e3, 0x88), _mm512_shuffle_i32x4(e1, e3, 0xdd)};
+            if (g32) {
+                const int ngr = left >= 64 ? 4 : (int)(left / 16);
+#pragma GCC unroll 4
+                for (int q = 0; q < ngr; q++) {
+                    const __m512i dq = _mm512_add_epi32(q4[q], _mm512_set1_epi32(j->xg[gi0 + q]));
+                    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dq), _mm512_load_ps(sct + ((gi0 + q) % 16) * 16), acc);
+                }
+            } else {
+                __m512i dq = _mm512_add_epi32(_mm512_add_epi32(q4[0], q4[1]), _mm512_add_epi32(q4[2], q4[3]));
+                dq = _mm512_add_epi32(dq, _mm512_set1_epi32(j->xg[gi0]));
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dq), _mm512_load_ps(sct + (gi0 % 16) * 16), acc);
+            }
+        }
+        w4_store(j->y + r, pr, acc, j->xs[0]);
+    }
+}
+
+/* A tile: rv (1 or 2) x 16 rows of the code panel p (step s of half h at
+ * p + (s * rv + h) * 64; a step is 4 columns) x nt tokens (xp, ldxp, xg,
+ * ldxg from the chunk's start) over ngr groups of gs steps; scales
+ * sc[(gi * rv + h) * 16 + i]; the float accumulators facc[b * 32 + h * 16]. */
+INLINE void mk_w4(const int rv, const int nt, const int gs, const uint8_t *p, const float *sc,
+                  int64_t ngr, const int8_t *xp, int64_t ldxp, const int32_t *xg, int64_t ldxg,
+                  float *facc)
+{
+    __m512 acc[2][W4_NT];
+#pragma GCC unroll 2
+    for (int h = 0; h < rv; h++)
+#pragma GCC unroll 6
+        for (int b = 0; b < nt; b++) acc[h][b] = _mm512_load_ps(facc + b * 32 + h * 16);
+    for (int64_t gi = 0; gi < ngr; gi++) {
+        __m512i d[2][W4_NT];
+#pragma GCC unroll 6
+        for (int b = 0; b < nt; b++) {
+            const __m512i c = _mm512_set1_epi32(xg[b * ldxg + gi]);
+#pragma GCC unroll 2
+            for (int h = 0; h < rv; h++) d[h][b] = c;
+        }
+        const uint8_t *pg = p + gi * gs * rv * 64;
+        const int8_t *xgp = xp + gi * gs * 4;
+#pragma GCC unroll 8
+        for (int s = 0; s < gs; s++) {
+#pragma GCC unroll 2
+            for (int h = 0; h < rv; h++) {
+                const __m512i wv = _mm512_load_si512(pg + (s * rv + h) * 64);
+#pragma GCC unroll 6
+                for (int b = 0; b < nt; b++)
+                    d[h][b] = w4_dp(d[h][b], wv, xgp + b * ldxp + 4 * s);
+            }
+        }
+#pragma GCC unroll 2
+        for (int h = 0; h < rv; h++) {
+            const __m512 sv = _mm512_load_ps(sc + (gi * rv + h) * 16);
+#pragma GCC unroll 6
+            for (int b = 0; b < nt; b++)
+                acc[h][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d[h][b]), sv, acc[h][b]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < rv; h++)
+#pragma GCC unroll 6
+        for (int b = 0; b < nt; b++) _mm512_store_ps(facc + b * 32 + h * 16, acc[h][b]);
+}
+
+#define W4_TILE(rv_, g32_)                                                                     \
+    switch (nt) {                                                                              \
+    case 1: mk_w4(rv_, 1, (g32_) ? 8 : 32, p, sc, ngr, xp, ldxp, xg, ldxg, facc); break;       \
+    case 2: mk_w4(rv_, 2, (g32_) ? 8 : 32, p, sc, ngr, xp, ldxp, xg, ldxg, facc); break;       \
+    case 3: mk_w4(rv_, 3, (g32_) ? 8 : 32, p, sc, ngr, xp, ldxp, xg, ldxg, facc); break;       \
+    case 4: mk_w4(rv_, 4, (g32_) ? 8 : 32, p, sc, ngr, xp, ldxp, xg, ldxg, facc); break;       \
+    case 5: mk_w4(rv_, 5, (g32_) ? 8 : 32, p, sc, ngr, xp, ldxp, xg, ldxg, facc); break;       \
+    case 6: mk_w4(rv_, 6, (g32_) ? 8 : 32, p, sc, ngr, xp, ldxp, xg, ldxg, facc); break;       \
+    default: DSR1_ASSERT(!"w4a8 tile shape");                                                  \
+    }
+
+static void tile_w4(int rv, int nt, int g32, const uint8_t *p, const float *sc, int64_t ngr,
+                    const int8_t *xp, int64_t ldxp, const int32_t *xg, int64_t ldxg, float *facc)
+{
+    if (rv == 2 && g32) {
+        W4_TILE(2, 1)
+    } else if (rv == 2) {
+        W4_TILE(2, 0)
+    } else if (g32) {
+        W4_TILE(1, 1)
+    } else {
+        W4_TILE(1, 0)
+    }
+}
+
+/* Rows [r, r + pr) (pr <= 32, rv = 1 or 2 halves of 16), columns
+ * [c0, c0 + len) into the code panel (mk_w4's layout) and their scales
+ * into sc. */
+static void w4_panel(const dsr1_wmat *w, int64_t r, int pr, int rv, int64_t c0, int64_t len,
+                     int f16, uint8_t *p, float *sc)
+{
+    for (int h = 0; h < rv; h++) {
+        int ph = pr - 16 * h < 16 ? pr - 16 * h : 16;
+        for (int64_t k0 = 0; k0 < len; k0 += 128) {
+            __m512i v[16];
+            w4_block(w, r + 16 * h, ph, c0 + k0, v);
+            uint8_t *o = p + (k0 / 4 * rv + h) * 64;
+#pragma GCC unroll 16
+            for (int k = 0; k < 16; k++) {
+                _mm512_store_si512(o + (2 * k * rv) * 64, w4_lo(v[k]));
+                _mm512_store_si512(o + ((2 * k + 1) * rv) * 64, w4_hi(v[k]));
+            }
+        }
+        w4_scales(w, r + 16 * h, ph, c0 / w->group, len / w->group, f16, sc + 16 * h, 16 * rv);
+    }
+}
+
+static void w4_gemv_any(const dsr1_mm_job *j, int64_t r0, int64_t r1, int g32)
+{
+    switch (j->n * 2 + g32) {
+    case 2: w4_gemv1(0, j, r0, r1); break;
+    case 3: w4_gemv1(1, j, r0, r1); break;
+    case 4: w4_gemv(2, 0, j, r0, r1); break;
+    case 5: w4_gemv(2, 1, j, r0, r1); break;
+    case 6: w4_gemv(3, 0, j, r0, r1); break;
+    case 7: w4_gemv(3, 1, j, r0, r1); break;
+    case 8: w4_gemv(4, 0, j, r0, r1); break;
+    case 9: w4_gemv(4, 1, j, r0, r1); break;
+    default: DSR1_ASSERT(!"w4a8 gemv tokens");
+    }
+}
+
+/* W4A8 rows [r0, r1), all tokens (see above). Groups other than the
+ * format's 32 and 128, or F32 scales, go to the portable rows (same bits). */
+void dsr1_mm_rows_w4a8_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1)
+{
+    const dsr1_wmat *w = j->w;
+    const int64_t g = w->group;
+    const int g32 = g == 32, f16 = w->scale_type == DSR1_T_F16;
+    if ((g != 32 && g != 128) || (w->scale_type != DSR1_T_F16 && w->scale_type != DSR1_T_BF16) ||
+        !j->xp) {
+        dsr1_mm_rows_portable(j, r0, r1);
+        return;
+    }
+    if (j->n <= 4) {
+        w4_gemv_any(j, r0, r1, g32);
+        return;
+    }
+    _Alignas(64) uint8_t codes[32 * W4_KC];       /* the chunk's code panel */
+    _Alignas(64) float sc[W4_KC / 32 * 32];       /* its scales, [group][row] */
+    _Alignas(64) float facc[W4_TB * 32];          /* [token of the block][row] */
+    for (int64_t r = r0; r < r1; r += 32) {
+        const int pr = (int)(r1 - r < 32 ? r1 - r : 32), rv = pr > 16 ? 2 : 1;
+        for (int t0 = 0; t0 < j->n; t0 += W4_TB) {
+            const int nb = j->n - t0 < W4_TB ? j->n - t0 : W4_TB;
+            memset(facc, 0, (size_t)nb * 32 * sizeof *facc);
+            for (int64_t c0 = 0; c0 < w->cols; c0 += W4_KC) {
+                const int64_t len = w->cols - c0 < W4_KC ? w->cols - c0 : W4_KC;
+                w4_panel(w, r, pr, rv, c0, len, f16, codes, sc);
+                for (int b0 = 0; b0 < nb; b0 += W4_NT) {
+                    const int nt = nb - b0 < W4_NT ? nb - b0 : W4_NT;
+                    tile_w4(rv, nt, g32, codes, sc, len / g, j->xp + (t0 + b0) * j->ldxp + c0,
+                            j->ldxp, j->xg + (t0 + b0) * j->ldxg + c0 / g, j->ldxg,
+                            facc + b0 * 32);
+                }
+            }
+            for (int b = 0; b < nb; b++)
+                for (int h = 0; h < rv; h++)
+                    w4_store(j->y + (t0 + b) * j->ldy + r + 16 * h, pr - 16 * h,
+                             _mm512_load_ps(facc + b * 32 + h * 16), j->xs[t0 + b]);
+        }
+    }
+}
+
+/* ---- W8A8 with rows in lanes ---------------------------------------------------- */
+
+/* W8A8, one scale per row, many tokens, rows in lanes (as W4A8 above):
+ * a 32-row x I8L_KC-column chunk of W is transposed once per token block
+ * into a code panel, where a vector holds 4 columns of 16 rows (already
+ * w + 128, the unsigned operand of vpdpbusd); a tile of up to 6 tokens x 32
+ * rows then adds 4 columns per vpdpbusd with the token's 4 bytes of x read
+ * by the instruction itself, into 12 int32 accumulators that are each
+ * 16 rows' dots, so no horizontal sums are left at the end (lanes as
+ * columns, rows_int8_panel, spends ~10 instructions reducing each row x
+ * token dot per chunk). The dots are the same exact integers and the
+ * float steps the same, so results are bit-identical to the other paths.
+ * Columns a multiple of 64 (R1's shapes); others take rows_int8_panel. */
+#define I8L_NT 6
+#define I8L_TB 192
+#define I8L_KC 512
+
+/* Rows [r, r + pr) (pr <= 32, rv halves of 16), columns [c0, c0 + len)
+ * (len a multiple of 64) into the panel: step s (columns c0 + 4s .. 4s+3)
+ * of half h at p + (s * rv + h) * 64, lane i = row r + 16h + i, bytes
+ * w + 128; missing rows are zero (their lanes are not stored). */
+static void i8l_panel(const dsr1_wmat *w, int64_t r, int pr, int rv, int64_t c0, int64_t len,
+                      uint8_t *p)
+{
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    const int8_t *q = (const int8_t *)w->data + r * w->cols + c0;
+    for (int h = 0; h < rv; h++) {
+        const int ph = pr - 16 * h < 16 ? pr - 16 * h : 16;
+        for (int64_t k0 = 0; k0 < len; k0 += 64) {
+            __m512i v[16];
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++)
+                v[i] = i < ph ? _mm512_xor_si512(_mm512_loadu_si512(q + (16 * h + i) * w->cols + k0), flip)
+                              : _mm512_setzero_si512();
+            tr16(v);
+            uint8_t *o = p + (k0 / 4 * rv + h) * 64;
+#pragma GCC unroll 16
+            for (int k = 0; k < 16; k++) _mm512_store_si512(o + k * rv * 64, v[k]);
+        }
+    }
+}
+
+/* A tile: rv x 16 rows of the panel x nt tokens over steps 4-column steps;
+ * int32 accumulators iacc[b * 32 + h * 16 + i], kept across chunks. */
+INLINE void mk_i8l(const int rv, const int nt, int64_t steps, const uint8_t *p, const int8_t *xq,
+                   int64_t ldx, int32_t *iacc)
+{
+    __m512i acc[2][I8L_NT];
+#pragma GCC unroll 2
+    for (int h = 0; h < rv; h++)
+#pragma GCC unroll 6
+        for (int b = 0; b < nt; b++) acc[h][b] = _mm512_load_si512(iacc + b * 32 + h * 16);
+    for (int64_t s = 0; s < steps; s++) {
+#pragma GCC unroll 2
+        for (int h = 0; h < rv; h++) {
+            const __m512i wv = _mm512_load_si512(p + (s * rv + h) * 64);
+#pragma GCC unroll 6
+            for (int b = 0; b < nt; b++) acc[h][b] = w4_dp(acc[h][b], wv, xq + b * ldx + 4 * s);
+        }
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < rv; h++)
+#pragma GCC unroll 6
+        for (int b = 0; b < nt; b++) _mm512_store_si512(iacc + b * 32 + h * 16, acc[h][b]);
+}
+
+#define I8L_NTS(rv_)                                                                      \
+    switch (nt) {                                                                         \
+    case 1: mk_i8l(rv_, 1, steps, p, xq, ldx, iacc); break;                               \
+    case 2: mk_i8l(rv_, 2, steps, p, xq, ldx, iacc); break;                               \
+    case 3: mk_i8l(rv_, 3, steps, p, xq, ldx, iacc); break;                               \
+    case 4: mk_i8l(rv_, 4, steps, p, xq, ldx, iacc); break;                               \
+    case 5: mk_i8l(rv_, 5, steps, p, xq, ldx, iacc); break;                               \
+    default: mk_i8l(rv_, 6, steps, p, xq, ldx, iacc); break;                              \
+    }
+
+static void tile_i8l(int rv, int nt, int64_t steps, const uint8_t *p, const int8_t *xq, int64_t ldx,
+                     int32_t *iacc)
+{
+    if (rv == 2) {
+        I8L_NTS(2)
+    } else {
+        I8L_NTS(1)
+    }
+}
+
+void dsr1_mm_rows_int8_lanes_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1)
+{
+    const dsr1_wmat *w = j->w;
+    _Alignas(64) uint8_t codes[32 * I8L_KC];  /* the chunk's code panel, 16 KB */
+    _Alignas(64) int32_t iacc[I8L_TB * 32];   /* [token of the block][row] */
+    const float *sw = (const float *)w->scale; /* one per row */
+    for (int64_t r = r0; r < r1; r += 32) {
+        const int pr = (int)(r1 - r < 32 ? r1 - r : 32), rv = pr > 16 ? 2 : 1;
+        for (int t0 = 0; t0 < j->n; t0 += I8L_TB) {
+            const int nb = j->n - t0 < I8L_TB ? j->n - t0 : I8L_TB;
+            memset(iacc, 0, (size_t)nb * 32 * sizeof *iacc);
+            for (int64_t c0 = 0; c0 < w->cols; c0 += I8L_KC) {
+                const int64_t len = w->cols - c0 < I8L_KC ? w->cols - c0 : I8L_KC;
+                i8l_panel(w, r, pr, rv, c0, len, codes);
+                for (int b0 = 0; b0 < nb; b0 += I8L_NT) {
+                    const int nt = nb - b0 < I8L_NT ? nb - b0 : I8L_NT;
+                    tile_i8l(rv, nt, len / 4, codes, j->xq + (t0 + b0) * j->ldxq + c0, j->ldxq,
+                             iacc + b0 * 32);
+                }
+            }
+            /* y = (dot - 128 sum x) * s_x * s_w, the order of rows_int8_panel */
+            for (int b = 0; b < nb; b++)
+                for (int h = 0; h < rv; h++) {
+                    const int ph = pr - 16 * h < 16 ? pr - 16 * h : 16;
+                    const __mmask16 m = ph >= 16 ? 0xffff : (__mmask16)((1u << ph) - 1);
+                    const __m512i d = _mm512_sub_epi32(_mm512_load_si512(iacc + b * 32 + h * 16),
+                                                       _mm512_set1_epi32(128 * j->xsum[t0 + b]));
+                    const __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(d),
+                                                                 _mm512_set1_ps(j->xs[t0 + b])),
+                                                   _mm512_maskz_loadu_ps(m, sw + r + 16 * h));
+                    _mm512_mask_storeu_ps(j->y + (t0 + b) * j->ldy + r + 16 * h, m, v);
+                }
+        }
+    }
+}
+
+/* ---- activations for W4A8 -------------------------------------------------------- */
+
+/* W4A8's x for the kernel above: xp[t] = xq[t] with each 8 columns in the
+ * order 0,2,4,6,1,3,5,7 (the low then the high nibbles of 4 packed
+ * bytes), zero up to ldxp (a multiple of 128 >= ldxq); xg[t][g] = -8 * the
+ * sum of xq[t] over group g (32 or 128 columns), for ldxp / group groups. */
+void dsr1_mm_w4_prep_avx512(const int8_t *xq, int64_t ldxq, int n, int64_t group, int8_t *xp,
+                            int64_t ldxp, int32_t *xg, int64_t ldxg)
+{
+    const __m512i perm = _mm512_set4_epi32(0x0f0d0b09, 0x0e0c0a08, 0x07050301, 0x06040200);
+    const __m512i ones = _mm512_set1_epi8(1);
+    for (int t = 0; t < n; t++) {
+        const int8_t *src = xq + t * ldxq;
+        int8_t *o = xp + t * ldxp;
+        int32_t *s = xg + t * ldxg;
+        for (int64_t c = 0; c < ldxp; c += 64) {
+            __m512i v = c < ldxq ? _mm512_loadu_si512(src + c) : _mm512_setzero_si512();
+            _mm512_storeu_si512(o + c, _mm512_shuffle_epi8(v, perm));
+            __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, v);
+            if (group == 32) {
+                s[c / 32] = -8 * _mm512_mask_reduce_add_epi32(0x00ff, d);
+                s[c / 32 + 1] = -8 * _mm512_mask_reduce_add_epi32(0xff00, d);
+            } else if (c % 128 == 0) {
+                __m512i v2 = c + 64 < ldxq ? _mm512_loadu_si512(src + c + 64) : _mm512_setzero_si512();
+                d = _mm512_dpbusd_epi32(d, ones, v2);
+                s[c / 128] = -8 * _mm512_reduce_add_epi32(d);
+            }
+        }
+    }
+}
+
