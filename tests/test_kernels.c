@@ -556,9 +556,10 @@ DSR1_TEST(kernels_int4_w4a8_matches_portable)
  * panel (other columns) against the portable kernel, bit for bit: rows
  * that leave a ragged 32-row panel and a half-empty 16-row half (37, 45,
  * 21), one and several 512-column chunks with a ragged last one (192,
- * 1600, 4160) and columns no multiple of 64 (200), n = 5, 6, 7 (ragged
- * 6-token tiles), 64 and 300 (two 192-token blocks), 1 thread (one task)
- * and 2; every 13th token alone gives its bits in the batch. */
+ * 1600, 4160) and columns no multiple of 64 (200), n = 5, 6, 7 (the
+ * lanes-as-columns panel: fewer tokens than I8L_MIN_N), 64 (a ragged
+ * 6-token tile) and 300 (two 192-token blocks), 1 thread (one task) and
+ * 2; every 13th token alone gives its bits in the batch. */
 DSR1_TEST(kernels_int8_w8a8_lanes_matches_portable)
 {
     if (!dsr1_mm_avx512_usable())

@@ -13,9 +13,10 @@
  *   per call whatever n is; the dequantised panel stays in L2 for all
  *   tokens. Whole 4-row bf16 tiles reduce their accumulators four to a
  *   register (hsum16x4) and add into y one vector per token.
- *   INT8 mode (W8A8): vpdpbusd straight from the packed weights, no panel
- *   (up to 4 tokens, scale groups, or columns not a multiple of 64); more
- *   tokens with one scale per row: rows in lanes, matmul_lanes_avx512.c.
+ *   INT8 mode (W8A8): vpdpbusd straight from the packed weights, lanes as
+ *   columns (up to 4 tokens in registers, more through 16-row panels);
+ *   from I8L_MIN_N tokens with one scale per row and columns a multiple of
+ *   64: rows in lanes, matmul_lanes_avx512.c.
  *   INT4 weights in INT8 mode (W4A8): rows in lanes - the packed codes of
  *   16 rows transposed as 32-bit elements and split into nibbles, vpdpbusd
  *   against 4 bytes of x broadcast, so each lane ends a scale group with
@@ -52,6 +53,7 @@
 #include "../../core/numeric.h"
 
 #define MR 4   /* microkernel rows */
+#define I8L_MIN_N 48 /* W8A8 with one scale per row: rows in lanes from here (rows_int8) */
 #define NR 6   /* microkernel tokens */
 #define PANEL 16
 #ifndef DSR1_MM_PREFETCH
@@ -1334,7 +1336,11 @@ static void rows_int8_panel(const dsr1_mm_job *j, int64_t r0, int64_t r1)
 /* W8A8: exact integer dots per scale group, then the canonical float steps. */
 static void rows_int8(const dsr1_mm_job *j, int64_t r0, int64_t r1)
 {
-    if (j->w->group == 0 && j->n > 4 && j->w->cols % 64 == 0) {
+    /* rows in lanes from I8L_MIN_N tokens: below, transposing the panel
+     * costs more than the sums it saves (bench kernels, 18432x7168 from
+     * DRAM, 2 threads: n = 8 5.0 ms panel vs 7.7 lanes, n = 24 10.4 vs
+     * 12.1, n = 48 20.0 vs 19.8, n = 96 38.2 vs 34.0, n = 192 76 vs 65) */
+    if (j->w->group == 0 && j->n >= I8L_MIN_N && j->w->cols % 64 == 0) {
         dsr1_mm_rows_int8_lanes_avx512(j, r0, r1); /* matmul_lanes_avx512.c */
         return;
     }

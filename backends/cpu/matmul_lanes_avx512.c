@@ -1,7 +1,7 @@
 /*
  * matmul_lanes_avx512.c - the AVX-512 integer kernels with rows in lanes:
  * W4A8 (INT4 weights, int8 activations) and W8A8 with one scale per row
- * for more than 4 tokens. Entered through dsr1_mm_rows_w4a8_avx512 and
+ * from 48 tokens (I8L_MIN_N). Entered through dsr1_mm_rows_w4a8_avx512 and
  * dsr1_mm_rows_int8_lanes_avx512 from matmul_avx512.c's dispatch.
  *
  * Both transpose 16 rows' bytes as 32-bit elements (tr16) so that one
@@ -448,7 +448,8 @@ void dsr1_mm_rows_w4a8_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1)
  * columns, rows_int8_panel, spends ~10 instructions reducing each row x
  * token dot per chunk). The dots are the same exact integers and the
  * float steps the same, so results are bit-identical to the other paths.
- * Columns a multiple of 64 (R1's shapes); others take rows_int8_panel. */
+ * Columns a multiple of 64 (R1's shapes) and from I8L_MIN_N tokens
+ * (matmul_avx512.c); others take rows_int8_panel. */
 #define I8L_NT 6
 #define I8L_TB 192
 #define I8L_KC 512
