@@ -53,7 +53,7 @@
 #include "../../core/numeric.h"
 
 #define MR 4   /* microkernel rows */
-#define I8L_MIN_N 48 /* W8A8 with one scale per row: rows in lanes from here (rows_int8) */
+#define I8L_MIN_N 24 /* W8A8 with one scale per row: rows in lanes from here (rows_int8) */
 #define NR 6   /* microkernel tokens */
 #define PANEL 16
 #ifndef DSR1_MM_PREFETCH
@@ -1338,8 +1338,9 @@ static void rows_int8(const dsr1_mm_job *j, int64_t r0, int64_t r1)
 {
     /* rows in lanes from I8L_MIN_N tokens: below, transposing the panel
      * costs more than the sums it saves (bench kernels, 18432x7168 from
-     * DRAM, 2 threads: n = 8 5.0 ms panel vs 7.7 lanes, n = 24 10.4 vs
-     * 12.1, n = 48 20.0 vs 19.8, n = 96 38.2 vs 34.0, n = 192 76 vs 65) */
+     * DRAM, 2 threads, lanes-as-columns panel vs lanes with the next
+     * panel prefetched: n = 8 4.8 vs 5.9 ms, 16 7.6-7.8 vs 7.6-7.8, 24
+     * 10.6 vs 10.5, 32 13.7-14.0 vs 12.5-12.8, 48 20.2 vs 18.2) */
     if (j->w->group == 0 && j->n >= I8L_MIN_N && j->w->cols % 64 == 0) {
         dsr1_mm_rows_int8_lanes_avx512(j, r0, r1); /* matmul_lanes_avx512.c */
         return;

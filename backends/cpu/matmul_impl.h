@@ -104,7 +104,7 @@ typedef enum {
 void dsr1_mm_rows_portable(const dsr1_mm_job *j, int64_t r0, int64_t r1);
 void dsr1_mm_rows_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1);
 /* matmul_lanes_avx512.c, called by dsr1_mm_rows_avx512: W4A8, and W8A8
- * with one scale per row for n >= 48 and columns a multiple of 64. */
+ * with one scale per row for n >= 24 and columns a multiple of 64. */
 void dsr1_mm_rows_w4a8_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1);
 void dsr1_mm_rows_int8_lanes_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1);
 

@@ -1,7 +1,7 @@
 /*
  * matmul_lanes_avx512.c - the AVX-512 integer kernels with rows in lanes:
  * W4A8 (INT4 weights, int8 activations) and W8A8 with one scale per row
- * from 48 tokens (I8L_MIN_N). Entered through dsr1_mm_rows_w4a8_avx512 and
+ * from 24 tokens (I8L_MIN_N). Entered through dsr1_mm_rows_w4a8_avx512 and
  * dsr1_mm_rows_int8_lanes_avx512 from matmul_avx512.c's dispatch.
  *
  * Both transpose 16 rows' bytes as 32-bit elements (tr16) so that one
@@ -463,14 +463,21 @@ static void i8l_panel(const dsr1_wmat *w, int64_t r, int pr, int rv, int64_t c0,
 {
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     const int8_t *q = (const int8_t *)w->data + r * w->cols + c0;
+    /* the line the next panel reads in this place (the next chunk of these
+     * rows, after the last one the first chunk of the next 32 rows) into
+     * L2: 32 rows are 32 streams of 512 bytes, more than the hardware
+     * prefetcher follows (past the matrix: prefetches do not fault) */
+    const int8_t *nx = c0 + len < w->cols ? q + len : q - c0 + 32 * w->cols;
     for (int h = 0; h < rv; h++) {
         const int ph = pr - 16 * h < 16 ? pr - 16 * h : 16;
         for (int64_t k0 = 0; k0 < len; k0 += 64) {
             __m512i v[16];
 #pragma GCC unroll 16
-            for (int i = 0; i < 16; i++)
+            for (int i = 0; i < 16; i++) {
+                _mm_prefetch((const char *)(nx + (16 * h + i) * w->cols + k0), _MM_HINT_T1);
                 v[i] = i < ph ? _mm512_xor_si512(_mm512_loadu_si512(q + (16 * h + i) * w->cols + k0), flip)
                               : _mm512_setzero_si512();
+            }
             tr16(v);
             uint8_t *o = p + (k0 / 4 * rv + h) * 64;
 #pragma GCC unroll 16
