@@ -496,6 +496,39 @@ DSR1_TEST(kernels_int8_act_special_values)
 
 /* ---- INT4 x INT8 (W4A8) ------------------------------------------------------------- */
 
+/* The integer kernels (W4A8, W8A8) against the portable kernel on m, bit
+ * for bit, for each n of ns: 1 thread, the pool's threads, and every 13th
+ * token alone against its row in the batch. x: 300 tokens, stride ldx. */
+static void int_matches_portable(dsr1_test_ctx *t, const tmat *m, const float *x, int64_t ldx,
+                                 const int *ns, int nn, dsr1_pool *pool, const char *kind)
+{
+    int64_t rows = m->w.rows, cols = m->w.cols;
+    size_t ybytes = (size_t)300 * (size_t)rows * 4;
+    float *y = malloc(ybytes), *port = malloc(ybytes), *one = malloc((size_t)rows * 4);
+    for (int ni = 0; ni < nn; ni++) {
+        int n = ns[ni];
+        dsr1_matmul_with(NULL, &m->w, x, ldx, port, rows, n, DSR1_ACT_INT8, DSR1_MM_PORTABLE);
+        dsr1_matmul(NULL, &m->w, x, ldx, y, rows, n, DSR1_ACT_INT8);
+        CHECKF(!memcmp(y, port, (size_t)n * (size_t)rows * 4),
+               "%s %lldx%lld n=%d, 1 thread: %s differs from portable", m->what, (long long)rows,
+               (long long)cols, n, kind);
+        dsr1_matmul(pool, &m->w, x, ldx, y, rows, n, DSR1_ACT_INT8);
+        CHECKF(!memcmp(y, port, (size_t)n * (size_t)rows * 4),
+               "%s %lldx%lld n=%d: %s differs from portable", m->what, (long long)rows,
+               (long long)cols, n, kind);
+        int bad = 0;
+        for (int tok = 0; tok < n; tok += 13) {
+            dsr1_matmul(NULL, &m->w, x + tok * ldx, ldx, one, rows, 1, DSR1_ACT_INT8);
+            bad += memcmp(one, y + tok * rows, (size_t)rows * 4) != 0;
+        }
+        CHECKF(!bad, "%s %lldx%lld n=%d: %d tokens alone differ from in the batch", m->what,
+               (long long)rows, (long long)cols, n, bad);
+    }
+    free(y);
+    free(port);
+    free(one);
+}
+
 /* W4A8 on both INT4 layouts (groups of 32 with F16 scales, 128 with BF16),
  * odd rows, cols with a ragged last 128-column block (g32: 32, 64 or 96
  * columns of it) and several 512-column chunks, n = 1 (the one-token
@@ -520,51 +553,27 @@ DSR1_TEST(kernels_int4_w4a8_matches_portable)
         int64_t rows = shapes[si][1], cols = shapes[si][2], ldx = cols + 5;
         tmat m = dsr1_test_mat(DSR1_T_INT4, rows, cols, variant, 61 + (uint64_t)si);
         float *x = make_x(300, ldx, 62 + (uint64_t)si);
-        size_t ybytes = (size_t)300 * (size_t)rows * 4;
-        float *y = malloc(ybytes), *port = malloc(ybytes);
-        float *one = malloc((size_t)rows * 4);
-        for (int ni = 0; ni < 8; ni++) {
-            int n = ns[ni];
-            dsr1_matmul_with(NULL, &m.w, x, ldx, port, rows, n, DSR1_ACT_INT8, DSR1_MM_PORTABLE);
-            dsr1_matmul(NULL, &m.w, x, ldx, y, rows, n, DSR1_ACT_INT8);
-            CHECKF(!memcmp(y, port, (size_t)n * (size_t)rows * 4),
-                   "%s %lldx%lld n=%d, 1 thread: W4A8 differs from portable", m.what,
-                   (long long)rows, (long long)cols, n);
-            dsr1_matmul(pool, &m.w, x, ldx, y, rows, n, DSR1_ACT_INT8);
-            CHECKF(!memcmp(y, port, (size_t)n * (size_t)rows * 4),
-                   "%s %lldx%lld n=%d: W4A8 differs from portable", m.what, (long long)rows,
-                   (long long)cols, n);
-            int bad = 0;
-            for (int tok = 0; tok < n; tok += 13) {
-                dsr1_matmul(NULL, &m.w, x + tok * ldx, ldx, one, rows, 1, DSR1_ACT_INT8);
-                bad += memcmp(one, y + tok * rows, (size_t)rows * 4) != 0;
-            }
-            CHECKF(!bad, "%s %lldx%lld n=%d: %d tokens alone differ from in the batch", m.what,
-                   (long long)rows, (long long)cols, n, bad);
-        }
+        int_matches_portable(t, &m, x, ldx, ns, 8, pool, "W4A8");
         free(x);
-        free(y);
-        free(port);
-        free(one);
         dsr1_test_mat_free(&m);
     }
     dsr1_pool_free(pool);
 }
 
 /* W8A8 with one scale per row, more than 4 tokens: rows in lanes
- * (rows_int8_lanes, columns a multiple of 64) and the lanes-as-columns
+ * (matmul_lanes_avx512.c, columns a multiple of 64) and the lanes-as-columns
  * panel (other columns) against the portable kernel, bit for bit: rows
  * that leave a ragged 32-row panel and a half-empty 16-row half (37, 45,
  * 21), one and several 512-column chunks with a ragged last one (192,
- * 1600, 4160) and columns no multiple of 64 (200), n = 5, 6, 7 (the
- * lanes-as-columns panel: fewer tokens than I8L_MIN_N), 64 (a ragged
- * 6-token tile) and 300 (two 192-token blocks), 1 thread (one task) and
- * 2; every 13th token alone gives its bits in the batch. */
+ * 1600, 4160) and columns no multiple of 64 (200), n = 5, 7, 23 (the
+ * lanes-as-columns panel: fewer tokens than I8L_MIN_N = 24), 24, 64 (a
+ * ragged 6-token tile) and 300 (two 192-token blocks), 1 thread (one
+ * task) and 2; every 13th token alone gives its bits in the batch. */
 DSR1_TEST(kernels_int8_w8a8_lanes_matches_portable)
 {
     if (!dsr1_mm_avx512_usable())
         DSR1_SKIP("no AVX-512 BF16/VNNI kernels on this CPU: %s", "dsr1_matmul would be the portable kernel compared with itself");
-    static const int ns[] = {5, 6, 7, 64, 300};
+    static const int ns[] = {5, 7, 23, 24, 64, 300};
     static const int64_t shapes[][2] = {{37, 192}, {45, 1600}, {21, 4160}, {40, 200}};
     dsr1_pool *pool = NULL;
     dsr1_error err = {0};
@@ -573,31 +582,8 @@ DSR1_TEST(kernels_int8_w8a8_lanes_matches_portable)
         int64_t rows = shapes[si][0], cols = shapes[si][1], ldx = cols + 3;
         tmat m = dsr1_test_mat(DSR1_T_INT8, rows, cols, 0, 81 + (uint64_t)si);
         float *x = make_x(300, ldx, 82 + (uint64_t)si);
-        size_t ybytes = (size_t)300 * (size_t)rows * 4;
-        float *y = malloc(ybytes), *port = malloc(ybytes), *one = malloc((size_t)rows * 4);
-        for (int ni = 0; ni < 5; ni++) {
-            int n = ns[ni];
-            dsr1_matmul_with(NULL, &m.w, x, ldx, port, rows, n, DSR1_ACT_INT8, DSR1_MM_PORTABLE);
-            dsr1_matmul(NULL, &m.w, x, ldx, y, rows, n, DSR1_ACT_INT8);
-            CHECKF(!memcmp(y, port, (size_t)n * (size_t)rows * 4),
-                   "%s %lldx%lld n=%d, 1 thread: W8A8 differs from portable", m.what,
-                   (long long)rows, (long long)cols, n);
-            dsr1_matmul(pool, &m.w, x, ldx, y, rows, n, DSR1_ACT_INT8);
-            CHECKF(!memcmp(y, port, (size_t)n * (size_t)rows * 4),
-                   "%s %lldx%lld n=%d: W8A8 differs from portable", m.what, (long long)rows,
-                   (long long)cols, n);
-            int bad = 0;
-            for (int tok = 0; tok < n; tok += 13) {
-                dsr1_matmul(NULL, &m.w, x + tok * ldx, ldx, one, rows, 1, DSR1_ACT_INT8);
-                bad += memcmp(one, y + tok * rows, (size_t)rows * 4) != 0;
-            }
-            CHECKF(!bad, "%s %lldx%lld n=%d: %d tokens alone differ from in the batch", m.what,
-                   (long long)rows, (long long)cols, n, bad);
-        }
+        int_matches_portable(t, &m, x, ldx, ns, 6, pool, "W8A8");
         free(x);
-        free(y);
-        free(port);
-        free(one);
         dsr1_test_mat_free(&m);
     }
     dsr1_pool_free(pool);
