@@ -270,7 +270,10 @@ static void print_pages(const char *path)
 {
     double rss, pmd;
     char a[32], b[32];
-    if (!mapped_pages(path, &rss, &pmd) || rss <= 0) return;
+    char *real = realpath(path, NULL); /* smaps names the file, not a link to it */
+    int ok = real && mapped_pages(real, &rss, &pmd) && rss > 0;
+    free(real);
+    if (!ok) return;
     printf("weights mapped with 2 MiB pages: %s of %s resident%s\n",
            dsr1_common_bytes(pmd, a, sizeof a), dsr1_common_bytes(rss, b, sizeof b),
            pmd < 0.5 * rss ? " (4 KiB pages stream slower: see dsr1-bench(1), PAGES)" : "");

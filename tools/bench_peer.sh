@@ -96,6 +96,7 @@ dsr1_file() {
     f=$W/r1-$1.dsr1 ty=$1
     set -- --type "$ty"
     if [ "$ty" = fp8 ] && [ "${FP8_HEAD:-int8}" != bf16 ]; then
+        f=$W/r1-fp8-head-${FP8_HEAD:-int8}.dsr1 # KEEP=1 files of other heads stay apart
         set -- "$@" --type-for "lm_head.weight=${FP8_HEAD:-int8}" \
             --type-for "*.shared_head.head.weight=${FP8_HEAD:-int8}"
     fi

@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -40,6 +42,25 @@ static inline int fuzz_memfile(const uint8_t *data, size_t size, char *path, siz
     }
     snprintf(path, cap, "/proc/self/fd/%d", fd);
     return fd;
+}
+
+/* Each '\n'-separated line of data (the last one may lack it) to fn(line,
+ * len, no), no counting from 1, from a private copy without a terminator,
+ * so that reading past len is caught. */
+static inline void fuzz_lines(const uint8_t *data, size_t size,
+                              void (*fn)(const char *line, size_t len, long no))
+{
+    char *buf = malloc(size ? size : 1);
+    if (!buf) return;
+    memcpy(buf, data, size);
+    long no = 1;
+    for (size_t a = 0; a <= size; no++) {
+        const char *nl = memchr(buf + a, '\n', size - a);
+        size_t b = nl ? (size_t)(nl - buf) : size;
+        fn(buf + a, b - a, no);
+        a = b + 1;
+    }
+    free(buf);
 }
 
 #endif

@@ -33,17 +33,6 @@ static void one_line(const char *line, size_t len, long no)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    /* A private copy without a terminator: reading past len is caught. */
-    char *buf = malloc(size ? size : 1);
-    if (!buf) return 0;
-    memcpy(buf, data, size);
-    long no = 1;
-    for (size_t a = 0; a <= size; no++) {
-        const char *nl = memchr(buf + a, '\n', size - a);
-        size_t b = nl ? (size_t)(nl - buf) : size;
-        one_line(buf + a, b - a, no);
-        a = b + 1;
-    }
-    free(buf);
+    fuzz_lines(data, size, one_line);
     return 0;
 }
