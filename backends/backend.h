@@ -78,7 +78,7 @@
 
 /* Version 2: weights loaded as handles, backend buffers and views,
  * step_begin/step_end, backend-owned KV pages, options at create. */
-#define DSR1_BACKEND_VERSION 2
+#define DSR1_BACKEND_VERSION 3
 
 /* ---- weights ------------------------------------------------------------- */
 
@@ -148,6 +148,10 @@ void dsr1_wmat_dequant_row(const dsr1_wmat *w, int64_t r, float *out);
 void dsr1_wmat_dequant_span(const dsr1_wmat *w, int64_t r, int64_t c0, int64_t n, float *out);
 /* The scale that multiplies element (r, c) (1 for unscaled types). */
 float dsr1_wmat_scale(const dsr1_wmat *w, int64_t r, int64_t c);
+/* Rows [r0, r0 + n) of w as a matrix of its own, sharing w's bytes and
+ * scales: 1, or 0 (out untouched) when the scales do not split at r0 (FP8
+ * rows off a block boundary). */
+int dsr1_wmat_rows(const dsr1_wmat *w, int64_t r0, int64_t n, dsr1_wmat *out);
 
 /* ---- activations ----------------------------------------------------------- */
 
@@ -252,6 +256,10 @@ typedef struct dsr1_mla_args {
     const dsr1_bweight *wk_t;/* n_heads x [kv_lora_rank, qk_nope]: kv_b key part, transposed */
     const dsr1_bweight *wv;  /* n_heads x [v_dim, kv_lora_rank]: kv_b value part */
     dsr1_view out;           /* [n][n_heads * v_dim] */
+    /* kv_b_proj whole, [n_heads (qk_nope + v_dim)][kv_lora_rank] (head h's
+     * key rows, then its value rows), for the naive form; NULL unless the
+     * backend asked for it (ops->mla_naive). */
+    const dsr1_bweight *wkv_b;
 } dsr1_mla_args;
 
 /* Workspace sizes: the largest call the workspace must serve. */
@@ -356,9 +364,11 @@ typedef struct dsr1_backend_ops {
     /* Write the step's n rows: latent[t] (kv_lora_rank) and pe[t]
      * (rope_dim) at (seq[t], layer, pos[t]) of the step's cache. */
     void (*kv_store)(void *ws, int layer, dsr1_view latent, dsr1_view pe);
-    /* Absorbed MLA: q_nope through the key part, scores over latent + rope
-     * key, softmax, weighted latent through the value part. a->n is the
-     * step's n. */
+    /* MLA over the cache: absorbed (q_nope through the key part, scores
+     * over latent + rope key, softmax, weighted latent through the value
+     * part), or in the fast mode with a->wkv_b the naive form for long
+     * runs of one sequence (the same attention, rounded differently). a->n
+     * is the step's n. */
     void (*mla_attention)(void *ws, const dsr1_mla_args *a, dsr1_act act);
     /* SiLU-gated MLP: y = down(silu(gate x) * up x). */
     void (*ffn)(void *ws, const dsr1_bweight *gate, const dsr1_bweight *up,
@@ -374,6 +384,13 @@ typedef struct dsr1_backend_ops {
     /* The experts the last moe call chose for its n tokens, idx[t][topk] in
      * selection order, host memory valid after step_end. */
     void (*moe_choice)(void *ws, int32_t *idx, int n);
+
+    /* Non-zero: the fast mode may run long prefill chunks in the naive MLA
+     * form (keys and values expanded through kv_b_proj, narrower heads), so
+     * core loads kv_b_proj whole for it (dsr1_mla_args.wkv_b) unless the
+     * model computes in float32. Last in the table: a table that predates
+     * it is zero here. */
+    int mla_naive;
 } dsr1_backend_ops;
 
 /* ---- the registry (backends/backend.c) -------------------------------------------- */

@@ -51,7 +51,8 @@ static int usage(FILE *f)
                "top-1 agreement, logit cosine, KL(f32 || fast). --ref FILE takes the float32\n"
                "path of another file with the same shapes instead (the cost of a weight type,\n"
                "e.g. an INT8 LM head against a BF16 one). --deterministic: the fast path with\n"
-               "only batch-invariant kernels (no oneDNN). See dsr1-eval(1).\n");
+               "only batch-invariant kernels (no oneDNN, no naive-form attention). See\n"
+               "dsr1-eval(1).\n");
     return f == stdout ? 0 : 2;
 }
 

@@ -38,7 +38,8 @@ static void usage(FILE *f)
                "  --hidden           final-normed hidden states instead of logits\n"
                "  --f32              the float32 compute path (exact)\n"
                "  --deterministic    only batch-invariant kernels (the same bits whatever the\n"
-               "                     chunking; default: fast mode, oneDNN for FP8 128+ token chunks)\n"
+               "                     chunking; default: fast mode, oneDNN for FP8 128+ token chunks,\n"
+               "                     naive-form attention for runs of 32+ tokens)\n"
                "  --threads N        worker threads (default: one per core)\n"
                "  --numa MODE        auto, off or virtual:N (CPU NUMA split; same logits)\n"
                "See dsr1-logits(1).\n");

@@ -50,6 +50,7 @@ void dsr1_attention_forward(dsr1_fwd *f, const dsr1_layer_weights *L, int layer,
         .n = n, .n_heads = H, .qk_nope = c->qk_nope_head_dim, .rope_dim = rope,
         .v_dim = c->v_head_dim, .kv_lora_rank = r, .scale = m->softmax_scale,
         .q = q, .layer = layer, .wk_t = L->wk_t.h, .wv = L->wv.h, .out = attn,
+        .wkv_b = L->kv_b.h,
     };
     be->mla_attention(f->ws, &a, f->act);
     be->matmul(f->ws, L->o.h, attn, out, n, f->act);

@@ -196,6 +196,10 @@ static int load_attention(dsr1_model *m, int l, dsr1_layer_weights *L, dsr1_erro
     DSR1_TRY(dsr1_model_derive_kv_b(m, L, &kvb, err));
     DSR1_TRY(dsr1_model_load_weight(m, &L->wk_t, err));
     DSR1_TRY(dsr1_model_load_weight(m, &L->wv, err));
+    if (m->be->mla_naive && m->compute != DSR1_COMPUTE_F32) {
+        L->kv_b.d = (dsr1_wdesc){.name = t->name, .role = DSR1_W_MATRIX, .mat = kvb, .count = 1};
+        DSR1_TRY(dsr1_model_load_weight(m, &L->kv_b, err));
+    }
     DSR1_TRY(get_mat(m, NAME("self_attn.o_proj.weight"), D, H * c->v_head_dim, &L->o, err));
     return 0;
 }

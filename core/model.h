@@ -41,6 +41,8 @@ typedef struct dsr1_layer_weights {
     dsr1_mw kv_a_norm;          /* [kv_lora_rank] */
     dsr1_mw wk_t;               /* n_heads x [kv_lora_rank, nope], derived (model_kvb.c) */
     dsr1_mw wv;                 /* n_heads x [v_dim, kv_lora_rank], derived */
+    dsr1_mw kv_b;               /* kv_b_proj whole, only for a backend's naive form
+                                 * (ops->mla_naive, not float32); else no handle */
     dsr1_mw o;                  /* [hidden, n_heads * v_dim] */
     /* FFN: dense or MoE */
     int is_moe;

@@ -30,21 +30,6 @@
 #include "numeric.h"
 #include "par.h"
 
-/* Rows [r0, r0 + n) of w as a matrix of its own, sharing w's data and
- * scales; 0 when w's scales do not split at r0 (FP8 blocks). */
-static int row_slice(const dsr1_wmat *w, int64_t r0, int64_t n, dsr1_wmat *out)
-{
-    if (w->type == DSR1_T_FP8_E4M3 && (w->group <= 0 || r0 % w->group)) return 0;
-    int64_t head[2] = {r0, w->cols};
-    *out = *w;
-    out->rows = n;
-    out->data = (const uint8_t *)w->data + dsr1_type_payload_size(w->type, 2, head);
-    if (w->scale)
-        out->scale = (const uint8_t *)w->scale +
-                     dsr1_type_scale_size(w->type, w->scale_type, w->group, 2, head);
-    return 1;
-}
-
 typedef struct kvb_job {
     const dsr1_wmat *kvb;
     int H, nope, vd, r;
@@ -119,7 +104,7 @@ static int plan(dsr1_model *m, kvb_job *j, dsr1_error *err)
     dsr1_wmat probe;
     int g = w->group;
     j->es = m->compute == DSR1_COMPUTE_F32 ? 4 : 2;
-    j->copy_v = !row_slice(w, j->nope, j->vd, &probe) ||
+    j->copy_v = !dsr1_wmat_rows(w, j->nope, j->vd, &probe) ||
                 (w->type == DSR1_T_FP8_E4M3 && (j->nope + j->vd) % g);
     int fp8_k = w->type == DSR1_T_FP8_E4M3 && w->scale_type == DSR1_T_F32 && g > 0 &&
                 j->nope % g == 0 && (j->nope + j->vd) % g == 0 && j->r % g == 0;
@@ -152,7 +137,7 @@ static void describe_head(const kvb_job *j, int h, dsr1_wmat *wk, dsr1_wmat *wv)
         *wv = (dsr1_wmat){.type = ty, .rows = j->vd, .cols = j->r,
                           .data = j->v_buf + (size_t)h * (size_t)j->vd * r * j->es};
     else
-        (void)row_slice(j->kvb, (int64_t)h * (j->nope + j->vd) + j->nope, j->vd, wv);
+        (void)dsr1_wmat_rows(j->kvb, (int64_t)h * (j->nope + j->vd) + j->nope, j->vd, wv);
 }
 
 /* Byte distance from matrix a to matrix b (0 when both are NULL). */

@@ -59,6 +59,21 @@ dsr1_wdesc dsr1_wdesc_of(const dsr1_tensor *t, dsr1_wrole role)
     return d;
 }
 
+/* Rows of one matrix: what the scale layout allows to split (model_kvb.c's
+ * per-head views, the CPU's naive attention's head groups). */
+int dsr1_wmat_rows(const dsr1_wmat *w, int64_t r0, int64_t n, dsr1_wmat *out)
+{
+    if (w->type == DSR1_T_FP8_E4M3 && (w->group <= 0 || r0 % w->group)) return 0;
+    int64_t head[2] = {r0, w->cols};
+    *out = *w;
+    out->rows = n;
+    out->data = (const uint8_t *)w->data + dsr1_type_payload_size(w->type, 2, head);
+    if (w->scale)
+        out->scale = (const uint8_t *)w->scale +
+                     dsr1_type_scale_size(w->type, w->scale_type, w->group, 2, head);
+    return 1;
+}
+
 /* ---- dequantisation ----------------------------------------------------- */
 
 static float scale_at(const dsr1_wmat *w, int64_t i)

@@ -26,13 +26,19 @@ int dsr1_test_backend_usable(const char *name, char *why, size_t n)
     return 0;
 }
 
-int tbe_open(tbe *b, const char *name, int threads, const dsr1_ws_sizes *s, dsr1_error *err)
+int tbe_open_opts(tbe *b, const char *name, const dsr1_backend_options *o, const dsr1_ws_sizes *s,
+                  dsr1_error *err)
 {
     memset(b, 0, sizeof *b);
     DSR1_TRY(dsr1_backend_find(name, &b->be, NULL, 0, err));
-    dsr1_backend_options o = {.threads = threads, .deterministic = 1}; /* the invariance checks */
-    DSR1_TRY(b->be->create(&o, &b->dev, err));
+    DSR1_TRY(b->be->create(o, &b->dev, err));
     return b->be->ws_create(b->dev, s, &b->ws, err);
+}
+
+int tbe_open(tbe *b, const char *name, int threads, const dsr1_ws_sizes *s, dsr1_error *err)
+{
+    dsr1_backend_options o = {.threads = threads, .deterministic = 1}; /* the invariance checks */
+    return tbe_open_opts(b, name, &o, s, err);
 }
 
 void tbe_close(tbe *b)

@@ -28,8 +28,12 @@ typedef struct tbe {
     int n_bufs;
 } tbe;
 
-/* Open backend `name` with `threads` and a workspace of sizes s. */
+/* Open backend `name` with `threads` and a workspace of sizes s, in the
+ * deterministic mode (the invariance checks). */
 int tbe_open(tbe *b, const char *name, int threads, const dsr1_ws_sizes *s, dsr1_error *err);
+/* The same with the caller's options (the fast mode: deterministic 0). */
+int tbe_open_opts(tbe *b, const char *name, const dsr1_backend_options *o, const dsr1_ws_sizes *s,
+                  dsr1_error *err);
 void tbe_close(tbe *b);
 /* Load count matrices like m (stride bytes apart) with a role. NULL on failure. */
 dsr1_bweight *tbe_load(tbe *b, const dsr1_wmat *m, int64_t count, size_t stride,

@@ -44,13 +44,12 @@
  * (P x 576 x 2 x heads x tokens flops), but it is O(P) per decoded token
  * per layer, a few percent of a long-context decode step.
  *
- * Not done: the naive form for long prefill chunks (keys and values
- * expanded through kv_b once per position, then 192/128-wide heads) does
- * about half the attention flops at 512 tokens and a third at 4K. Choosing
- * it by chunk size would make a token's result depend on how its prompt
- * was chunked (rounding differs between the forms), which breaks the
- * contract above and the engine's "same tokens batched or alone, for any
- * prefill chunk size"; that trade is for the engine's owners to make.
+ * The naive form (keys and values expanded through kv_b once per position,
+ * then 192/128-wide heads) does about a third of these flops at 512
+ * tokens; cpu_mla_naive.c runs it for long runs of one sequence, in the
+ * fast mode only: which form a token gets depends on how its prompt was
+ * chunked and batched, and the forms round differently, so it would break
+ * the contract above. dsr1_cpu_mla_attention picks per run.
  */
 #include <math.h>
 #include <string.h>
@@ -68,6 +67,8 @@ typedef struct head_job {
     int64_t ldq, ldo;
     dsr1_act act;
     int nt;
+    const int32_t *seg;      /* [nseg][2]: the absorbed tokens, [t0, t1) ranges */
+    int nseg;
 } head_job;
 
 /* Task k of nt: heads [k H / nt, (k+1) H / nt), on the caller's thread with
@@ -87,13 +88,15 @@ static void absorb_task(void *ctx, int k, int nt)
     int h0, h1;
     (void)nt;
     head_range(j, k, &h0, &h1);
-    for (int h = h0; h < h1; h++) {
-        dsr1_matmul(j->w->hpool[k], dsr1_cpu_mat(a->wk_t, h), j->q + h * qk, j->ldq,
-                    j->w->qcat + h * row, H * row, a->n, j->act);
-        for (int t = 0; t < a->n; t++)
-            memcpy(j->w->qcat + (t * H + h) * row + r, j->q + t * j->ldq + h * qk + a->qk_nope,
-                   (size_t)a->rope_dim * sizeof(float));
-    }
+    for (int h = h0; h < h1; h++)
+        for (int i = 0; i < j->nseg; i++) {
+            int64_t t0 = j->seg[2 * i], t1 = j->seg[2 * i + 1];
+            dsr1_matmul(j->w->hpool[k], dsr1_cpu_mat(a->wk_t, h), j->q + t0 * j->ldq + h * qk,
+                        j->ldq, j->w->qcat + (t0 * H + h) * row, H * row, (int)(t1 - t0), j->act);
+            for (int64_t t = t0; t < t1; t++)
+                memcpy(j->w->qcat + (t * H + h) * row + r, j->q + t * j->ldq + h * qk + a->qk_nope,
+                       (size_t)a->rope_dim * sizeof(float));
+        }
 }
 
 static void unabsorb_task(void *ctx, int k, int nt)
@@ -105,15 +108,16 @@ static void unabsorb_task(void *ctx, int k, int nt)
     (void)nt;
     head_range(j, k, &h0, &h1);
     for (int h = h0; h < h1; h++)
-        dsr1_matmul(j->w->hpool[k], dsr1_cpu_mat(a->wv, h), j->w->olat + h * r, H * r,
-                    j->out + h * v, j->ldo, a->n, j->act);
+        for (int i = 0; i < j->nseg; i++) {
+            int64_t t0 = j->seg[2 * i], t1 = j->seg[2 * i + 1];
+            dsr1_matmul(j->w->hpool[k], dsr1_cpu_mat(a->wv, h), j->w->olat + (t0 * H + h) * r,
+                        H * r, j->out + t0 * j->ldo + h * v, j->ldo, (int)(t1 - t0), j->act);
+        }
 }
 
 /* ---- gathering the cache ---------------------------------------------------------- */
 
-/* Rows 0..P-1 of (seq, layer) into w->kbuf as a [P][row] matrix: bf16
- * pages copied as bf16, f32 as f32, FP8 converted to f32 (value * scale). */
-static dsr1_wmat gather_k(cpu_ws *w, int seq, int layer, int P)
+dsr1_wmat dsr1_cpu_gather_k(cpu_ws *w, int seq, int layer, int P)
 {
     const dsr1_bkv *kv = w->step.kv;
     size_t row = (size_t)kv->l.row;
@@ -166,6 +170,20 @@ static void transpose_task(void *ctx, int k, int nt)
 
 /* ---- softmax ---------------------------------------------------------------------- */
 
+void dsr1_cpu_softmax_row(float *s, int valid, int width, float scale)
+{
+    float mx = -INFINITY;
+    for (int p = 0; p < valid; p++) {
+        s[p] *= scale;
+        mx = s[p] > mx ? s[p] : mx;
+    }
+    double sum = 0;
+    for (int p = 0; p < valid; p++) sum += s[p] = expf(s[p] - mx);
+    float inv = (float)(1.0 / sum);
+    for (int p = 0; p < valid; p++) s[p] *= inv;
+    for (int p = valid; p < width; p++) s[p] = 0.0f;
+}
+
 /* Rows of the tile's score matrix: row i is (token t0 + i / H, head i % H)
  * and attends to positions 0..pos[t]; later columns become exactly 0. */
 static void softmax_task(void *ctx, int k, int nt)
@@ -175,19 +193,9 @@ static void softmax_task(void *ctx, int k, int nt)
     int rows = j->cnt * a->n_heads;
     const int32_t *pos = j->w->step.pos;
     int i0 = (int)((long long)rows * k / nt), i1 = (int)((long long)rows * (k + 1) / nt);
-    for (int i = i0; i < i1; i++) {
-        float *s = j->w->scores + (size_t)i * (size_t)j->P, mx = -INFINITY;
-        int P = pos[j->t0 + i / a->n_heads] + 1;
-        for (int p = 0; p < P; p++) {
-            s[p] *= a->scale;
-            mx = s[p] > mx ? s[p] : mx;
-        }
-        double sum = 0;
-        for (int p = 0; p < P; p++) sum += s[p] = expf(s[p] - mx);
-        float inv = (float)(1.0 / sum);
-        for (int p = 0; p < P; p++) s[p] *= inv;
-        for (int p = P; p < j->P; p++) s[p] = 0.0f;
-    }
+    for (int i = i0; i < i1; i++)
+        dsr1_cpu_softmax_row(j->w->scores + (size_t)i * (size_t)j->P,
+                             pos[j->t0 + i / a->n_heads] + 1, j->P, a->scale);
 }
 
 /* ---- one tile --------------------------------------------------------------------- */
@@ -224,7 +232,7 @@ static void attend_run(cpu_ws *w, const dsr1_mla_args *a, int t0, int t1)
     int P = 0, H = a->n_heads;
     const int32_t *pos = w->step.pos;
     for (int t = t0; t < t1; t++) P = pos[t] + 1 > P ? pos[t] + 1 : P;
-    dsr1_wmat k = gather_k(w, w->step.seq[t0], a->layer, P);
+    dsr1_wmat k = dsr1_cpu_gather_k(w, w->step.seq[t0], a->layer, P);
     for (int s = t0; s < t1;) {
         int e = s + 1, pmax = pos[s] + 1;
         for (; e < t1; e++) {
@@ -251,16 +259,38 @@ void dsr1_cpu_mla_attention(void *wsp, const dsr1_mla_args *a, dsr1_act act)
     for (int t = 0; t < a->n; t++)
         DSR1_ASSERT(pos[t] < w->s.max_ctx &&
                     (size_t)a->n_heads * (size_t)(pos[t] + 1) <= w->score_cap);
-    int nth = dsr1_pool_size(pool);
-    head_job hj = {.w = w, .a = a, .q = dsr1_cpu_ptr(a->q), .ldq = a->q.ld,
-                   .out = dsr1_cpu_ptr(a->out), .ldo = a->out.ld, .act = act,
-                   .nt = nth < w->n_hpools ? nth : w->n_hpools};
-    dsr1_pool_run(pool, absorb_task, &hj, hj.nt);
+    /* Runs of one sequence: the long ones of the fast mode in the naive
+     * form (cpu_mla_naive.c), the others absorbed, their tokens merged into
+     * segments of consecutive absorbed tokens (decode batches stay one
+     * matmul per head). */
+    int nseg = 0;
+    int32_t *seg = w->segs;
     for (int t0 = 0; t0 < a->n;) {
         int t1 = t0 + 1;
         while (t1 < a->n && seq[t1] == seq[t0]) t1++;
-        attend_run(w, a, t0, t1);
+        if (!dsr1_cpu_naive_wanted(w, a, act, t0, t1) || dsr1_cpu_mla_naive(w, a, act, t0, t1)) {
+            if (nseg && seg[2 * nseg - 1] == t0) {
+                seg[2 * nseg - 1] = t1;
+            } else {
+                seg[2 * nseg] = t0;
+                seg[2 * nseg + 1] = t1;
+                nseg++;
+            }
+        }
         t0 = t1;
     }
+    if (!nseg) return;
+    int nth = dsr1_pool_size(pool);
+    head_job hj = {.w = w, .a = a, .q = dsr1_cpu_ptr(a->q), .ldq = a->q.ld,
+                   .out = dsr1_cpu_ptr(a->out), .ldo = a->out.ld, .act = act,
+                   .nt = nth < w->n_hpools ? nth : w->n_hpools, .seg = seg, .nseg = nseg};
+    dsr1_pool_run(pool, absorb_task, &hj, hj.nt);
+    for (int i = 0; i < nseg; i++)
+        for (int t0 = seg[2 * i]; t0 < seg[2 * i + 1];) {
+            int t1 = t0 + 1;
+            while (t1 < seg[2 * i + 1] && seq[t1] == seq[t0]) t1++;
+            attend_run(w, a, t0, t1);
+            t0 = t1;
+        }
     dsr1_pool_run(pool, unabsorb_task, &hj, hj.nt);
 }

@@ -54,7 +54,8 @@ static int cpu_create(const dsr1_backend_options *o, void **out, dsr1_error *err
         cpu_destroy(d);
         return rc;
     }
-    d->fast_gemm = !(o && o->deterministic) && dsr1_dnnl_usable();
+    d->deterministic = o && o->deterministic;
+    d->fast_gemm = !d->deterministic && dsr1_dnnl_usable();
     d->mode = d->fast_gemm ? (dsr1_dnnl_has_amx() ? "fast: onednn amx prefill"
                                                   : "fast: onednn avx512-bf16 prefill")
               : o && o->deterministic ? "deterministic" : "fast: no onednn bf16 kernels here";
@@ -142,6 +143,8 @@ static void cpu_ws_free(void *wsp)
     for (size_t i = 0; i < sizeof fs / sizeof *fs; i++) free(fs[i]);
     free(w->kbuf);
     free(w->vt);
+    free(w->nv);
+    free(w->segs);
     free(w->eidx);
     free(w->order);
     free(w->count);
@@ -209,7 +212,8 @@ static int alloc_attention(cpu_ws *w)
     w->kbuf = malloc(ctx * row * w->kelem);
     w->vt = malloc(ctx * r * w->kelem + 64);
     w->scores = malloc(w->score_cap * 4);
-    return w->qcat && w->olat && w->kbuf && w->vt && w->scores ? 0 : DSR1_ENOMEM;
+    w->segs = malloc(T * 2 * sizeof *w->segs + 8);
+    return w->qcat && w->olat && w->kbuf && w->vt && w->scores && w->segs ? 0 : DSR1_ENOMEM;
 }
 
 static int cpu_ws_create(void *dev, const dsr1_ws_sizes *s, void **out, dsr1_error *err)
@@ -499,6 +503,7 @@ static const dsr1_backend_ops cpu_ops = {
     .ffn = cpu_ffn,
     .moe = dsr1_cpu_moe,
     .moe_choice = dsr1_cpu_moe_choice,
+    .mla_naive = 1,
 };
 
 const dsr1_backend_ops *dsr1_backend_cpu(void) { return &cpu_ops; }

@@ -45,6 +45,7 @@ struct dsr1_bkv {
 
 typedef struct cpu_dev {
     dsr1_pool *pool;
+    int deterministic;       /* --deterministic: batch-invariant kernels only */
     int fast_gemm;           /* not deterministic and oneDNN has bf16 kernels */
     const char *mode;        /* the compute mode, for describe */
     struct dsr1_bweight *weights;
@@ -80,6 +81,11 @@ typedef struct cpu_ws {
     size_t score_cap;        /* >= n_heads * max_ctx */
     size_t tile_rows;        /* most (token, head) rows per tile, >= n_heads */
     dsr1_pool **hpool;       /* [n_hpools] one-thread pools: per-task matmul scratch */
+    int32_t *segs;           /* [T][2] absorbed token ranges of one call */
+    float *nv;               /* the naive form's buffers (cpu_mla_naive.c), grown on use */
+    size_t nv_cap;           /* floats in nv */
+    size_t nv_group_cap;     /* floats of one head group's expansion; 0: the default (tests set less) */
+    uint64_t naive_runs;     /* runs attended in the naive form (tests check the path ran) */
     int n_hpools;
     /* FFN and MoE (cpu_backend.c, cpu_moe.c) */
     float *ha, *hb;          /* [T][max inter] FFN hidden */
@@ -95,6 +101,20 @@ typedef struct cpu_ws {
     int n_lanes;
     uint64_t numa_runs;      /* MoE calls run node by node (tests check the path ran) */
 } cpu_ws;
+
+/* Attention (cpu_attention.c, cpu_mla_naive.c). Rows 0..P-1 of (seq,
+ * layer) gathered into w->kbuf, [P][kv_lora + rope]: bf16 pages as bf16,
+ * f32 and FP8 (value * scale) as f32. */
+dsr1_wmat dsr1_cpu_gather_k(cpu_ws *w, int seq, int layer, int P);
+/* Softmax of scale * s[0..valid) in place (max subtracted, sum in
+ * double); s[valid..width) become exactly 0. */
+void dsr1_cpu_softmax_row(float *s, int valid, int width, float scale);
+/* Whether tokens [t0, t1) (one sequence's run) take the naive form: the
+ * fast mode with a->wkv_b, a run long enough, and fewer multiply-adds. */
+int dsr1_cpu_naive_wanted(const cpu_ws *w, const dsr1_mla_args *a, dsr1_act act, int t0, int t1);
+/* The naive form for tokens [t0, t1): out rows written; 0, or -1 when its
+ * buffers cannot be had (nothing written: the caller runs the absorbed form). */
+int dsr1_cpu_mla_naive(cpu_ws *w, const dsr1_mla_args *a, dsr1_act act, int t0, int t1);
 
 /* Bytes per gathered cache value: bf16 stays bf16, f32 and FP8 become f32. */
 static inline size_t dsr1_cpu_kv_elem(dsr1_kv_type t) { return t == DSR1_KV_BF16 ? 2 : 4; }

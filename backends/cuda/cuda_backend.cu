@@ -715,6 +715,7 @@ static const dsr1_backend_ops cu_ops = {
     cu_op_ffn,
     cu_op_moe,
     cu_op_moe_choice,
+    0, /* mla_naive: absorbed only */
 };
 
 /* The registry's entry point (backends/backend.h): the table when the
