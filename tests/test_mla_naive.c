@@ -22,6 +22,7 @@
 #include "be_util.h"
 #include "core/forward.h"
 #include "core/kvcache.h"
+#include "backends/cpu/matmul_impl.h" /* dsr1_mm_avx512_usable */
 #include "mat_util.h"
 #include "test.h"
 
@@ -189,4 +190,26 @@ DSR1_TEST(mla_naive_cpu_not_deterministic)
     }
     close_fx(&f);
     free(got), free(want);
+}
+
+/* The fast softmax row (AVX-512 exponentials) against the scalar one:
+ * every length from 1 to 70 (tails of every width), a masked-off tail of
+ * exact zeros, values within 2e-6 of the row's largest probability. */
+DSR1_TEST(mla_naive_softmax_avx512)
+{
+    if (!dsr1_mm_avx512_usable()) DSR1_SKIP("no AVX-512 kernels on this CPU");
+    float a[80], b[80];
+    unsigned sd = 47;
+    for (int valid = 1; valid <= 70; valid++) {
+        for (int i = 0; i < valid + 5; i++) a[i] = b[i] = frand1(&sd) * 60;
+        dsr1_cpu_softmax_row(a, valid, valid + 5, 0.3f);
+        dsr1_cpu_softmax_row_avx512(b, valid, valid + 5, 0.3f);
+        double top = 0, off = 0;
+        for (int i = 0; i < valid; i++) top = a[i] > top ? a[i] : top;
+        for (int i = 0; i < valid; i++) off = fabs(a[i] - b[i]) > off ? fabs(a[i] - b[i]) : off;
+        int tail = 0;
+        for (int i = valid; i < valid + 5; i++) tail += b[i] != 0.0f;
+        CHECKF(off <= 2e-6 * top && !tail, "length %d: off by %g of %g, %d tail values not 0", valid,
+               off, top, tail);
+    }
 }

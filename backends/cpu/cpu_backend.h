@@ -109,6 +109,9 @@ dsr1_wmat dsr1_cpu_gather_k(cpu_ws *w, int seq, int layer, int P);
 /* Softmax of scale * s[0..valid) in place (max subtracted, sum in
  * double); s[valid..width) become exactly 0. */
 void dsr1_cpu_softmax_row(float *s, int valid, int width, float scale);
+/* The same with AVX-512 exponentials (softmax_avx512.c): about 1 ulp off
+ * libm's expf, so the fast mode's naive form only; AVX-512 CPUs only. */
+void dsr1_cpu_softmax_row_avx512(float *s, int valid, int width, float scale);
 /* Whether tokens [t0, t1) (one sequence's run) take the naive form: the
  * fast mode with a->wkv_b, a run long enough, and fewer multiply-adds. */
 int dsr1_cpu_naive_wanted(const cpu_ws *w, const dsr1_mla_args *a, dsr1_act act, int t0, int t1);

@@ -40,6 +40,7 @@
 
 #include "core/numeric.h"
 #include "cpu_backend.h"
+#include "matmul_impl.h" /* dsr1_pool_avx512 */
 
 #define NAIVE_MIN_RUN 32          /* fewest tokens of one sequence */
 #define NAIVE_MAX_CTX 16384       /* most positions a run attends to */
@@ -78,6 +79,7 @@ typedef struct naive_job {
     int64_t ldq, ldk, lde, ldo;
     size_t scr_per;
     int g0, gn, t0, t1, P, nt;
+    void (*softmax)(float *s, int valid, int width, float scale);
 } naive_job;
 
 /* Task k: heads [g0 + k gn / nt, g0 + (k+1) gn / nt), on the k-th
@@ -107,7 +109,7 @@ static void naive_task(void *ctx, int k, int nt)
             dsr1_matmul(hp, &km, j->q + t * j->ldq + (int64_t)h * qk, j->ldq, s, pb, cnt,
                         DSR1_ACT_F32);
             for (int i = 0; i < cnt; i++)
-                dsr1_cpu_softmax_row(s + (size_t)i * pb, pos[t + i] + 1, pb, a->scale);
+                j->softmax(s + (size_t)i * pb, pos[t + i] + 1, pb, a->scale);
             for (int p = 0; p < pb; p++)
                 for (int d = 0; d < v; d++) vt[(size_t)d * pb + p] = eh[p * j->lde + nope + d];
             dsr1_wmat vm = {.type = DSR1_T_F32, .rows = v, .cols = pb, .data = vt};
@@ -155,7 +157,9 @@ int dsr1_cpu_mla_naive(cpu_ws *w, const dsr1_mla_args *a, dsr1_act act, int t0, 
     naive_job j = {.w = w, .a = a, .q = dsr1_cpu_ptr(a->q), .kpe = lat + r, .e = e,
                    .out = dsr1_cpu_ptr(a->out), .scr = e + (size_t)P * (size_t)G * (size_t)hw,
                    .ldq = a->q.ld, .ldk = row, .ldo = a->out.ld, .scr_per = per,
-                   .t0 = t0, .t1 = t1, .P = P};
+                   .t0 = t0, .t1 = t1, .P = P,
+                   .softmax = dsr1_pool_avx512(pool) ? dsr1_cpu_softmax_row_avx512
+                                                     : dsr1_cpu_softmax_row};
     for (int g0 = 0; g0 < H; g0 += G) {
         dsr1_wmat part;
         j.g0 = g0;
