@@ -95,7 +95,7 @@ static const char usage_text[] =
     "      --deterministic     only batch-invariant kernels: a token's result is the same bits\n"
     "                          in any batch (default: fast mode, oneDNN for FP8 prefill matmuls\n"
     "                          of 128+ tokens, naive-form attention for prompt runs of 32+):\n"
-    "                          a 512-token prefill at 0.61-0.83x of fast on Zen 4 (INT8, FP8,\n"
+    "                          a 512-token prefill at 0.61-0.88x of fast on Zen 4 (INT8, FP8,\n"
     "                          INT4), decode unchanged; see dsr1(1) FAST AND DETERMINISTIC MODE\n"
     "      --threads N         CPU threads (default: one per physical core)\n"
     "      --numa MODE         auto (the machine's NUMA nodes), off, or virtual:N (test split)\n"
