@@ -55,6 +55,8 @@ mkdir -p "$W"
 W=$(cd "$W" && pwd)
 cp "$DSR1" "$W/dsr1.snapshot" # a rebuild during the run must not swap it out
 DSR1=$W/dsr1.snapshot
+REV=$(git -C "$HERE/.." rev-parse --short HEAD 2>/dev/null || echo '?') # the snapshot's, not the end's
+[ -z "$(git -C "$HERE/.." status --porcelain --untracked-files=no 2>/dev/null)" ] || REV="$REV+changes"
 say() { echo "bench-peer: $*" >&2; }
 
 # ---- 1. peers ----------------------------------------------------------------
@@ -186,7 +188,7 @@ cpu=$("$DSR1" info --hw 2>/dev/null | awk -F': *' '/^cpu:/ { print $2; exit }')
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b == 0) print "-"; else printf "%.2f", a / b }'; }
 {
     echo "machine: ${cpu:-unknown CPU}, $(nproc) CPUs, $THREADS threads; medians of $ROUNDS interleaved rounds"
-    echo "dsr1 $("$DSR1" --version 2>/dev/null | head -1) ($(git -C "$HERE/.." rev-parse --short HEAD 2>/dev/null || echo '?'))" \
+    echo "dsr1 $("$DSR1" --version 2>/dev/null | head -1) ($REV)" \
         "llama.cpp ${LLAMA_SRC:-(not run)} ik_llama.cpp ${IK_SRC:-(not run)} (ik: -mla 3 -fmoe 1)"
     echo "LM heads: dsr1 int8/int4 INT8, fp8 ${FP8_HEAD:-int8}; GGUF Q8_0/Q4_0 Q8_0"
     printf '%-22s %8s %8s %8s %8s %8s\n' "tok/s" dsr1 llama ik dsr1/llama dsr1/ik
