@@ -252,6 +252,8 @@ void dsr1_chat_view_begin(dsr1_chat_view *v, const dsr1_gen *gen, int forced_ope
  * wraps as drawn; but when the window is narrowed afterwards, terminals
  * that reflow (tmux, VTE, kitty, iTerm2) spread it over several rows, so
  * erasing goes up those rows first and clears to the end of the screen.
+ * The rows are counted character by character (line_rows), since a wide
+ * character that does not fit at a row's end starts the next row.
  */
 
 static int term_cols(FILE *f)
@@ -261,10 +263,28 @@ static int term_cols(FILE *f)
     return 80;
 }
 
+/* Rows the drawn line takes at `cols` columns, less one. A reflowing
+ * terminal moves a wide character that does not fit at a row's end to the
+ * next row, so CJK text can take a row more than its width suggests (drawn
+ * in 99 columns, then narrowed to 33: four rows, not three). */
+static int line_rows(const dsr1_chat_view *v, int cols)
+{
+    if (v->drawn <= 0) return 0;
+    if (v->n_cw < 0) /* not kept: the worst case, a column lost on every row */
+        return cols > 2 ? (v->drawn - 1) / (cols - 1) : v->drawn;
+    int rows = 0, col = 0;
+    for (int i = 0; i < v->n_cw; i++) {
+        int w = v->cw[i];
+        if (col + w > cols) rows++, col = 0;
+        col += w;
+    }
+    return rows;
+}
+
 static void line_erase(dsr1_chat_view *v)
 {
     if (!v->line) return;
-    int rows = v->drawn > 0 ? (v->drawn - 1) / term_cols(v->line) : 0;
+    int rows = line_rows(v, term_cols(v->line));
     if (rows > 0) fprintf(v->line, "\033[%dA\r\033[J", rows);
     else fputs("\r\033[K", v->line);
     fflush(v->line);
@@ -282,6 +302,12 @@ static int char_cols(const char *s, size_t n)
     if (k == (size_t)-1 || k == (size_t)-2) return 1;
     int w = wcwidth(wc);
     return w < 0 ? 1 : w;
+}
+
+static void cw_add(dsr1_chat_view *v, int w)
+{
+    if (v->n_cw >= 0 && v->n_cw < (int)sizeof v->cw) v->cw[v->n_cw++] = (unsigned char)w;
+    else v->n_cw = -1;
 }
 
 /* Draw head (ASCII) then the end of text[0, n) that fits, dimmed, as the
@@ -307,6 +333,14 @@ static void line_draw(dsr1_chat_view *v, FILE *f, const char *head, const char *
     fflush(f);
     v->line = f;
     v->drawn = hl + used;
+    v->n_cw = 0;
+    for (int i = 0; i < hl; i++) cw_add(v, 1);
+    for (size_t c = from; c < n;) {
+        size_t e = c + 1;
+        while (e < n && (text[e] & 0xc0) == 0x80) e++;
+        cw_add(v, char_cols(text + c, e - c));
+        c = e;
+    }
 }
 
 /* The in-place line of HIDE / COLLAPSE (terminal only). */

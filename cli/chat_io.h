@@ -47,6 +47,9 @@ typedef struct dsr1_chat_view {
     size_t n_tail;
     FILE *line;                 /* where the in-place line is drawn, or NULL */
     int drawn;                  /* its width in columns when drawn */
+    unsigned char cw[1024];     /* the columns of each character drawn, in order
+                                 * (a narrowed terminal wraps a wide one early) */
+    int n_cw;                   /* characters in cw; -1: more than it holds */
     int line_kind;              /* DSR1_LINE_* */
     int p_done, p_total;        /* the last progress shown (for a redraw) */
     double p_rate;
