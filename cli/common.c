@@ -346,9 +346,9 @@ static void load_progress(double frac, const char *what, void *ctx)
                        what ? what : "");
 }
 
-/* Set by --verify, --numa and --deterministic (dsr1_common_gen_flag); read
- * when a model is opened. */
-static int verify_on_load, numa_on_load, deterministic_on_load;
+/* Set by --verify, --numa, --deterministic and --fp8-w8a8
+ * (dsr1_common_gen_flag); read when a model is opened. */
+static int verify_on_load, numa_on_load, deterministic_on_load, w8a8_on_load;
 
 int dsr1_common_numa_arg(const char *cmd, const char *v, int *out)
 {
@@ -381,6 +381,7 @@ int dsr1_common_open_model(dsr1_model **m, const char *path, const char *backend
     o.verify = verify_on_load;
     o.numa_nodes = numa_on_load;
     o.deterministic = deterministic_on_load;
+    o.fp8_w8a8 = w8a8_on_load;
     double t0 = dsr1_common_now();
     int rc = dsr1_model_open(m, path, &o, err);
     dsr1_common_status_clear(&st);
@@ -727,8 +728,9 @@ int dsr1_common_gen_flag(const char *cmd, dsr1_gen_flags *f, int c, const char *
         [DSR1_GEN_FREQ - DSR1_GEN_OPT_BASE] = {"--frequency-penalty", -2, 2, 0},
     };
     if (c < DSR1_GEN_OPT_BASE || c >= DSR1_GEN_OPT_END) return -1;
-    if (c == DSR1_GEN_VERIFY || c == DSR1_GEN_DETERMINISTIC) {
-        *(c == DSR1_GEN_VERIFY ? &verify_on_load : &deterministic_on_load) = 1;
+    if (c == DSR1_GEN_VERIFY || c == DSR1_GEN_DETERMINISTIC || c == DSR1_GEN_W8A8) {
+        *(c == DSR1_GEN_VERIFY ? &verify_on_load
+          : c == DSR1_GEN_W8A8 ? &w8a8_on_load : &deterministic_on_load) = 1;
         return 0;
     }
     if (c == DSR1_GEN_NUMA) return dsr1_common_numa_arg(cmd, v, &numa_on_load);

@@ -170,7 +170,7 @@ enum {
     DSR1_GEN_MINP, DSR1_GEN_REP, DSR1_GEN_SEED, DSR1_GEN_CTX, DSR1_GEN_THREADS,
     DSR1_GEN_SPEC, DSR1_GEN_PRES, DSR1_GEN_FREQ, DSR1_GEN_VERIFY,
     DSR1_GEN_MLOCK, DSR1_GEN_PRELOAD, DSR1_GEN_NOPRELOAD, /* memory: no value */
-    DSR1_GEN_NOPREFIX, DSR1_GEN_DETERMINISTIC,            /* no value */
+    DSR1_GEN_NOPREFIX, DSR1_GEN_DETERMINISTIC, DSR1_GEN_W8A8, /* no value */
     DSR1_GEN_KVTYPE,                                      /* bf16 | fp8 */
     DSR1_GEN_NUMA,
     DSR1_GEN_OPT_END
@@ -201,7 +201,8 @@ enum {
     {"no-prefix-cache", no_argument, 0, DSR1_GEN_NOPREFIX},                           \
     {"kv-type", required_argument, 0, DSR1_GEN_KVTYPE},                               \
     {"numa", required_argument, 0, DSR1_GEN_NUMA},                                    \
-    {"deterministic", no_argument, 0, DSR1_GEN_DETERMINISTIC}
+    {"deterministic", no_argument, 0, DSR1_GEN_DETERMINISTIC},                        \
+    {"fp8-w8a8", no_argument, 0, DSR1_GEN_W8A8}
 
 typedef struct dsr1_gen_flags {
     dsr1_sampling *sampling; /* where the sampling flags go (caller's struct) */

@@ -251,6 +251,7 @@ void dsr1_cpu_mla_attention(void *wsp, const dsr1_mla_args *a, dsr1_act act)
     cpu_ws *w = wsp;
     dsr1_pool *pool = dsr1_cpu_pool(w);
     const dsr1_bkv *kv = w->step.kv;
+    act = dsr1_cpu_act(w, act);
     const int32_t *seq = w->step.seq, *pos = w->step.pos;
     DSR1_ASSERT(kv && a->n == w->step.n && a->n <= w->s.max_tokens && a->n_heads <= w->s.n_heads &&
                 kv->l.row == a->kv_lora_rank + a->rope_dim &&

@@ -55,10 +55,14 @@ static int cpu_create(const dsr1_backend_options *o, void **out, dsr1_error *err
         return rc;
     }
     d->deterministic = o && o->deterministic;
+    d->fp8_w8a8 = !d->deterministic && o && o->fp8_w8a8;
     d->fast_gemm = !d->deterministic && dsr1_dnnl_usable();
     d->mode = d->fast_gemm ? (dsr1_dnnl_has_amx() ? "fast: onednn amx prefill"
-                                                  : "fast: onednn avx512-bf16 prefill")
-              : o && o->deterministic ? "deterministic" : "fast: no onednn bf16 kernels here";
+                              : d->fp8_w8a8 ? "fast: onednn avx512-bf16 prefill, fp8 w8a8"
+                                            : "fast: onednn avx512-bf16 prefill")
+              : o && o->deterministic ? "deterministic"
+              : d->fp8_w8a8 ? "fast: fp8 w8a8, no onednn bf16 kernels here"
+                            : "fast: no onednn bf16 kernels here";
     *out = d;
     return 0;
 }
@@ -375,7 +379,7 @@ static void cpu_rmsnorm(void *ws, dsr1_view xv, const dsr1_bweight *wt, int dim,
 static int take_dnnl(const cpu_ws *w, const dsr1_wmat *m, int n, dsr1_act act)
 {
     return w->dnnl && n >= DSR1_CPU_DNNL_MIN_N && act != DSR1_ACT_F32 &&
-           m->type == DSR1_T_FP8_E4M3;
+           m->type == DSR1_T_FP8_E4M3 && (act != DSR1_ACT_INT8_FAST || dsr1_dnnl_has_amx());
 }
 
 void dsr1_cpu_matmul(cpu_ws *w, const dsr1_wmat *m, const float *x, int64_t ldx, float *y,
@@ -390,7 +394,8 @@ void dsr1_cpu_matmul(cpu_ws *w, const dsr1_wmat *m, const float *x, int64_t ldx,
 
 static void cpu_matmul(void *ws, const dsr1_bweight *w, dsr1_view x, dsr1_view y, int n, dsr1_act act)
 {
-    dsr1_cpu_matmul(ws, dsr1_cpu_mat(w, 0), dsr1_cpu_ptr(x), x.ld, dsr1_cpu_ptr(y), y.ld, n, act);
+    dsr1_cpu_matmul(ws, dsr1_cpu_mat(w, 0), dsr1_cpu_ptr(x), x.ld, dsr1_cpu_ptr(y), y.ld, n,
+                    dsr1_cpu_act(ws, act));
 }
 
 static void cpu_rope(void *wsp, dsr1_view xv, int heads, int64_t hstride, int rope_dim,
@@ -462,7 +467,7 @@ static void cpu_ffn(void *ws, const dsr1_bweight *gate, const dsr1_bweight *up,
                     const dsr1_bweight *down, dsr1_view x, int n, dsr1_view y, dsr1_act act)
 {
     dsr1_cpu_gated_mlp(ws, dsr1_cpu_mat(gate, 0), dsr1_cpu_mat(up, 0), dsr1_cpu_mat(down, 0),
-                       dsr1_cpu_ptr(x), x.ld, n, dsr1_cpu_ptr(y), y.ld, act);
+                       dsr1_cpu_ptr(x), x.ld, n, dsr1_cpu_ptr(y), y.ld, dsr1_cpu_act(ws, act));
 }
 
 /* ---- the table ------------------------------------------------------------------ */

@@ -47,6 +47,7 @@ typedef struct cpu_dev {
     dsr1_pool *pool;
     int deterministic;       /* --deterministic: batch-invariant kernels only */
     int fast_gemm;           /* not deterministic and oneDNN has bf16 kernels */
+    int fp8_w8a8;            /* --fp8-w8a8, not deterministic: DSR1_ACT_INT8_FAST */
     const char *mode;        /* the compute mode, for describe */
     struct dsr1_bweight *weights;
     char desc[192];
@@ -101,6 +102,15 @@ typedef struct cpu_ws {
     int n_lanes;
     uint64_t numa_runs;      /* MoE calls run node by node (tests check the path ran) */
 } cpu_ws;
+
+/* The mode our kernels get: with --fp8-w8a8 (never with --deterministic)
+ * the seam's INT8 becomes the fast INT8 (FP8 weights as W8A8 from
+ * DSR1_MM_RQ_MIN_N tokens, kernels.h). Every seam op that passes an act
+ * on starts here. */
+static inline dsr1_act dsr1_cpu_act(const cpu_ws *w, dsr1_act act)
+{
+    return act == DSR1_ACT_INT8 && w->dev->fp8_w8a8 ? DSR1_ACT_INT8_FAST : act;
+}
 
 /* Attention (cpu_attention.c, cpu_mla_naive.c). Rows 0..P-1 of (seq,
  * layer) gathered into w->kbuf, [P][kv_lora + rope]: bf16 pages as bf16,

@@ -91,6 +91,7 @@ void dsr1_cpu_moe(void *wsp, const dsr1_moe_weights *mw, const dsr1_moe_params *
 {
     cpu_ws *w = wsp;
     int D = w->s.hidden, E = p->n_experts, K = p->topk;
+    act = dsr1_cpu_act(w, act);
     DSR1_ASSERT(n <= w->s.max_tokens && E <= w->s.n_experts && K <= w->s.topk);
     /* gathered rows are read with stride D: make x dense first if needed */
     const float *x = dsr1_cpu_ptr(xv);

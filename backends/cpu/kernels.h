@@ -66,6 +66,16 @@ int dsr1_pool_reserve(dsr1_pool *p, size_t bytes, dsr1_error *err);
 
 /* ---- matmul -------------------------------------------------------------- */
 
+/* The fast mode's DSR1_ACT_INT8 with --fp8-w8a8 (backend-internal: never
+ * crosses the seam; the CPU backend turns the seam's INT8 into it):
+ * the same, and FP8 weights with DSR1_MM_RQ_MIN_N tokens or more are
+ * requantised on the fly to INT8 with one scale per row, the bytes `dsr1
+ * convert --type int8` would write for them (dsr1_mm_fp8_requant_row), and
+ * run W8A8. A token's result then depends on how many tokens share the
+ * call, which only the fast mode allows. */
+#define DSR1_ACT_INT8_FAST ((dsr1_act)3)
+#define DSR1_MM_RQ_MIN_N 24
+
 /* y = x W^T as described above, using the fastest kernel for this CPU. */
 void dsr1_matmul(dsr1_pool *p, const dsr1_wmat *w, const float *x, int64_t ldx,
                  float *y, int64_t ldy, int n, dsr1_act act);

@@ -191,6 +191,37 @@ void dsr1_mm_rows_portable(const dsr1_mm_job *j, int64_t r0, int64_t r1)
     }
 }
 
+/* ---- FP8 as INT8 (DSR1_ACT_INT8_FAST) ---------------------------------------- */
+
+static float fp8_f32(uint8_t b)
+{
+    uint32_t u = (uint32_t)dsr1_mm_fp8_bf16(b) << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* One requantised code: rint(v) (ties to even) clamped to +-127, NaN 0. */
+static int8_t rq_code(float v)
+{
+    if (v != v) return 0;
+    v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
+    return (int8_t)rintf(v);
+}
+
+void dsr1_mm_fp8_requant_row(const dsr1_wmat *w, int64_t r, int8_t *q, float *s)
+{
+    const uint8_t *row = (const uint8_t *)w->data + r * w->cols;
+    float amax = 0.0f;
+    for (int64_t c = 0; c < w->cols; c++)
+        amax = fmaxf(amax, fp8_f32(row[c] & 0x7f) * fabsf(dsr1_wmat_scale(w, r, c)));
+    *s = amax / 127.0f;
+    for (int64_t c = 0; c < w->cols; c++) {
+        float f = *s > 0 ? dsr1_wmat_scale(w, r, c) / *s : 0.0f, v = fp8_f32(row[c] & 0x7f) * f;
+        q[c] = (int8_t)(row[c] & 0x80 ? -rq_code(v) : rq_code(v));
+    }
+}
+
 /* ---- preparing the activations -------------------------------------------- */
 
 static void prep_bf16(dsr1_mm_job *j, uint16_t *xb, int avx)
@@ -292,7 +323,36 @@ typedef struct mm_task {
     int64_t rows_per_task;
     char *task_mem;          /* [ntasks][job->task_bytes] */
     void (*rows)(const dsr1_mm_job *, int64_t, int64_t);
+    int avx;                 /* rows is the AVX-512 kernel */
 } mm_task;
+
+/* Rows [r0, r1) of j. An rq job requantises them DSR1_MM_RQ_ROWS at a time
+ * into its task memory (the scales, then the codes) and runs the INT8
+ * kernels on that as a one-scale-per-row INT8 matrix. */
+static void run_rows(const mm_task *mt, const dsr1_mm_job *j, int64_t r0, int64_t r1)
+{
+    if (!j->rq) {
+        mt->rows(j, r0, r1);
+        return;
+    }
+    float *sc = j->task_mem;
+    int8_t *q = (int8_t *)j->task_mem + DSR1_MM_RQ_ROWS * sizeof(float);
+    const int64_t cols = j->w->cols;
+    for (int64_t r = r0; r < r1; r += DSR1_MM_RQ_ROWS) {
+        int64_t pr = r1 - r < DSR1_MM_RQ_ROWS ? r1 - r : DSR1_MM_RQ_ROWS;
+        for (int64_t a = 0; a < pr; a++) {
+            if (mt->avx) dsr1_mm_fp8_requant_row_avx512(j->w, r + a, q + a * cols, sc + a, j->vbmi);
+            else dsr1_mm_fp8_requant_row(j->w, r + a, q + a * cols, sc + a);
+        }
+        dsr1_wmat t = {.type = DSR1_T_INT8, .rows = pr, .cols = cols, .data = q, .scale = sc,
+                       .scale_type = DSR1_T_F32, .group = 0};
+        dsr1_mm_job tj = *j;
+        tj.w = &t;
+        tj.y = j->y + r;
+        tj.rq = 0;
+        mt->rows(&tj, 0, pr);
+    }
+}
 
 static void run_task(void *ctx, int task, int ntasks)
 {
@@ -302,11 +362,11 @@ static void run_task(void *ctx, int task, int ntasks)
     int64_t r0 = task * mt->rows_per_task, r1 = r0 + mt->rows_per_task;
     if (r1 > j.w->rows) r1 = j.w->rows;
     j.task_mem = mt->task_mem ? mt->task_mem + (size_t)task * j.task_bytes : NULL;
-    mt->rows(&j, r0, r1);
+    run_rows(mt, &j, r0, r1);
     if (!mt->up) return;
     dsr1_mm_job u = *mt->up;
     u.task_mem = j.task_mem;
-    mt->rows(&u, r0, r1);
+    run_rows(mt, &u, r0, r1);
     for (int t = 0; t < j.n; t++)
         for (int64_t r = r0; r < r1; r++) {
             float g = j.y[t * j.ldy + r];
@@ -315,9 +375,19 @@ static void run_task(void *ctx, int task, int ntasks)
 }
 
 /* INT8 mode is W8A8 on INT8 weights and W4A8 on grouped INT4 weights,
- * BF16 on the rest. */
-static dsr1_act effective_act(dsr1_act act, const dsr1_wmat *w)
+ * BF16 on the rest; the fast INT8 mode also W8A8 on FP8 weights (*rq)
+ * from DSR1_MM_RQ_MIN_N tokens, in the shapes the lanes kernel takes. */
+static dsr1_act effective_act(dsr1_act act, const dsr1_wmat *w, int n, int *rq)
 {
+    *rq = 0;
+    if (act == DSR1_ACT_INT8_FAST) {
+        if (w->type == DSR1_T_FP8_E4M3 && n >= DSR1_MM_RQ_MIN_N && w->cols % 64 == 0 &&
+            w->cols <= 65536 && w->group > 0 && w->scale_type == DSR1_T_F32) {
+            *rq = 1;
+            return DSR1_ACT_INT8;
+        }
+        act = DSR1_ACT_INT8;
+    }
     if (act != DSR1_ACT_INT8) return act;
     /* W4A8's dots are per group: exact in int32 for any group of the
      * format (|q - 8| <= 8, |xq| <= 127). */
@@ -338,6 +408,7 @@ static int64_t task_rows(const dsr1_mm_job *j, int nth)
     int64_t unit = 16, g = j->w->group;
     int fp8 = j->w->type == DSR1_T_FP8_E4M3 && j->act == DSR1_ACT_BF16;
     if (fp8 && g % 16 == 0 && rows >= 2 * nth * g) unit = g;
+    if (j->rq) unit = DSR1_MM_RQ_ROWS;
     return (per + unit - 1) / unit * unit;
 }
 
@@ -347,8 +418,9 @@ static void matmul_run(dsr1_pool *p, const dsr1_wmat *w, const dsr1_wmat *up, co
                        int64_t ldx, float *y, int64_t ldy, int n, dsr1_act act, dsr1_mm_kernel k)
 {
     if (n <= 0 || w->rows <= 0) return;
-    dsr1_mm_job j = {.w = w, .n = n, .act = effective_act(act, w), .x = x, .ldx = ldx,
-                     .y = y, .ldy = ldy};
+    int rq;
+    dsr1_mm_job j = {.w = w, .n = n, .act = effective_act(act, w, n, &rq), .x = x, .ldx = ldx,
+                     .y = y, .ldy = ldy, .rq = rq};
     j.ldxb = (w->cols + 31) & ~(int64_t)31;
     j.ldxq = (w->cols + 63) & ~(int64_t)63;
     j.ldxp = (w->cols + 127) & ~(int64_t)127;
@@ -361,6 +433,8 @@ static void matmul_run(dsr1_pool *p, const dsr1_wmat *w, const dsr1_wmat *up, co
                                     DSR1_MM_BIG_BYTES;
     else if (j.act == DSR1_ACT_BF16 && n > 4)
         j.task_bytes = DSR1_MM_BIG_BYTES; /* the big weight panel */
+    else if (j.rq) /* the requantised rows: scales, codes */
+        j.task_bytes = DSR1_MM_RQ_ROWS * (sizeof(float) + (size_t)w->cols);
     j.task_bytes = (j.task_bytes + 63) & ~(size_t)63;
     int nth = dsr1_pool_size(p);
     int64_t per = task_rows(&j, nth);
@@ -387,7 +461,7 @@ static void matmul_run(dsr1_pool *p, const dsr1_wmat *w, const dsr1_wmat *up, co
      * undefined in C (clang's UBSan stops on it), so no arithmetic then. */
     mm_task mt = {.job = &j, .up = up ? &uj : NULL, .rows_per_task = per,
                   .task_mem = mem ? (char *)mem + bytes + tmp_bytes : NULL,
-                  .rows = avx ? dsr1_mm_rows_avx512 : dsr1_mm_rows_portable};
+                  .rows = avx ? dsr1_mm_rows_avx512 : dsr1_mm_rows_portable, .avx = avx};
     dsr1_pool_run(p, run_task, &mt, ntasks);
     free(owned);
 }

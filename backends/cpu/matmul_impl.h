@@ -73,6 +73,9 @@ typedef struct dsr1_mm_job {
     size_t task_bytes;
     int vbmi;                /* AVX-512 VBMI usable: FP8 decodes by byte tables
                                 (dsr1_mm_vbmi_usable(), off for DSR1_MM_AVX512_NOVBMI) */
+    int rq;                  /* FP8 weights run as INT8 (DSR1_ACT_INT8_FAST): each task
+                                requantises DSR1_MM_RQ_ROWS rows at a time into its
+                                task_mem and hands them to the INT8 kernels as a wmat */
 } dsr1_mm_job;
 
 /* Tokens per block of the FP8 BF16-mode x' buffer: task_mem holds
@@ -99,6 +102,20 @@ typedef enum {
     DSR1_MM_AVX512 = 2,
     DSR1_MM_AVX512_NOVBMI = 3
 } dsr1_mm_kernel;
+
+/* Rows requantised at a time (the W8A8 lanes kernel's chunk). */
+#define DSR1_MM_RQ_ROWS 32
+
+/* FP8 row r of w as INT8 with one scale per row: s = amax / 127 with amax
+ * = max |e4m3 value x block scale| over the row (float32 products; the NaN
+ * codes count as +-480, dsr1_mm_fp8_bf16), and for each weight of block k
+ * q = +-rint(|value| x f_k), f_k = scale_k / s (one float32 division per
+ * block, so the AVX-512 one can look the 128 magnitudes up in a table),
+ * ties to even, clamped to +-127, NaN 0; all 0 when s is not > 0. Within
+ * half a step of what `dsr1 convert --type int8` writes for the row.
+ * q holds w->cols bytes. The AVX-512 one gives the same bytes and scale. */
+void dsr1_mm_fp8_requant_row(const dsr1_wmat *w, int64_t r, int8_t *q, float *s);
+void dsr1_mm_fp8_requant_row_avx512(const dsr1_wmat *w, int64_t r, int8_t *q, float *s, int vbmi);
 
 /* Compute output rows [r0, r1) of the job, all n tokens. */
 void dsr1_mm_rows_portable(const dsr1_mm_job *j, int64_t r0, int64_t r1);

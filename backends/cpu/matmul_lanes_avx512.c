@@ -14,6 +14,7 @@
 #include "matmul_impl.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #define INLINE static inline __attribute__((always_inline))
@@ -606,3 +607,111 @@ void dsr1_mm_w4_prep_avx512(const int8_t *xq, int64_t ldxq, int n, int64_t group
     }
 }
 
+
+/* ---- FP8 requantised to INT8 (the fast mode, matmul.c's run_rows) -------------- */
+
+/* 16 e4m3 bytes -> float32 values: dsr1_mm_fp8_bf16's bits, shifted. */
+INLINE __m512 fp8_f32x16(__m128i bytes)
+{
+    const __m512i sub = _mm512_setr_epi32(0x0000, 0x3b00, 0x3b80, 0x3bc0, 0x3c00, 0x3c20, 0x3c40,
+                                          0x3c60, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i v = _mm512_cvtepu8_epi32(bytes);
+    const __m512i m = _mm512_and_si512(v, _mm512_set1_epi32(0x7f));
+    const __m512i nrm = _mm512_add_epi32(_mm512_slli_epi32(m, 4), _mm512_set1_epi32(0x3c00));
+    const __mmask16 small = _mm512_cmplt_epu32_mask(m, _mm512_set1_epi32(8));
+    __m512i h = _mm512_mask_permutexvar_epi32(nrm, small, m, sub);
+    h = _mm512_or_si512(h, _mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0x80)), 8));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
+}
+
+/* The requantised codes of the 128 magnitudes for factor f, as the scalar
+ * rq_code: rint(value * f) clamped to +-127, NaN 0. */
+INLINE void rq_table(const __m512 val[8], float f, int8_t t[128])
+{
+    const __m512 vf = _mm512_set1_ps(f), hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        const __m512 x = _mm512_mul_ps(val[i], vf);
+        const __mmask16 ok = _mm512_cmp_ps_mask(x, x, _CMP_ORD_Q);
+        const __m512 c = _mm512_max_ps(_mm512_min_ps(x, hi), lo);
+        _mm_store_si128((__m128i *)(t + 16 * i), _mm512_cvtepi32_epi8(_mm512_maskz_cvtps_epi32(ok, c)));
+    }
+}
+
+/* q[c] = +-t[|code|] for len (a multiple of 64) codes: one vpermi2b per 64. */
+static __attribute__((target("avx512vbmi"))) void rq_lookup(const int8_t t[128], const uint8_t *row,
+                                                             int64_t len, int8_t *q)
+{
+    const __m512i t0 = _mm512_load_si512(t), t1 = _mm512_load_si512(t + 64);
+    const __m512i mag = _mm512_set1_epi8(0x7f);
+    for (int64_t c = 0; c < len; c += 64) {
+        const __m512i b = _mm512_loadu_si512(row + c);
+        const __m512i v = _mm512_permutex2var_epi8(t0, _mm512_and_si512(b, mag), t1);
+        _mm512_storeu_si512(q + c, _mm512_mask_sub_epi8(v, _mm512_movepi8_mask(b), _mm512_setzero_si512(), v));
+    }
+}
+
+/* The end of block k (the last one may be partial). */
+INLINE int64_t end_of(int64_t k, int64_t g, int64_t cols)
+{
+    return (k + 1) * g < cols ? (k + 1) * g : cols;
+}
+
+/* Same bytes and scale as the scalar dsr1_mm_fp8_requant_row (matmul.c).
+ * amax comes from each block's largest magnitude code (e4m3 magnitudes
+ * order as their codes), the codes from a 128-entry table per block: one
+ * vpermi2b per 64 weights with VBMI, else a decode and a multiply per 16. */
+void dsr1_mm_fp8_requant_row_avx512(const dsr1_wmat *w, int64_t r, int8_t *q, float *s_out, int vbmi)
+{
+    const int64_t cols = w->cols, g = w->group, ncb = (cols + g - 1) / g;
+    if (g % 64 || cols % 64) {
+        dsr1_mm_fp8_requant_row(w, r, q, s_out);
+        return;
+    }
+    const uint8_t *row = (const uint8_t *)w->data + r * cols;
+    const float *bs = (const float *)w->scale + (r / g) * ncb;
+    const __m512i mag = _mm512_set1_epi8(0x7f);
+    __m512 val[8]; /* value(m) for m = 16i .. 16i+15 */
+    for (int i = 0; i < 8; i++)
+        val[i] = fp8_f32x16(_mm_add_epi8(_mm_set1_epi8((char)(16 * i)),
+                                         _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)));
+    _Alignas(64) float vm[128];
+    for (int i = 0; i < 8; i++) _mm512_store_ps(vm + 16 * i, val[i]);
+    float amax = 0.0f;
+    for (int64_t k = 0; k < ncb; k++) {
+        __m512i m = _mm512_setzero_si512();
+        for (int64_t c = k * g; c < end_of(k, g, cols); c += 64)
+            m = _mm512_max_epu8(m, _mm512_and_si512(_mm512_loadu_si512(row + c), mag));
+        __m256i h = _mm256_max_epu8(_mm512_castsi512_si256(m), _mm512_extracti64x4_epi64(m, 1));
+        __m128i x = _mm_max_epu8(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+        x = _mm_max_epu8(x, _mm_srli_si128(x, 8));
+        x = _mm_max_epu8(x, _mm_srli_si128(x, 4));
+        x = _mm_max_epu8(x, _mm_srli_si128(x, 2));
+        x = _mm_max_epu8(x, _mm_srli_si128(x, 1));
+        amax = fmaxf(amax, vm[_mm_extract_epi8(x, 0)] * fabsf(bs[k]));
+    }
+    const float s = amax / 127.0f;
+    *s_out = s;
+    if (!(s > 0)) {
+        memset(q, 0, (size_t)cols);
+        return;
+    }
+    _Alignas(64) int8_t t[128];
+    for (int64_t k = 0; k < ncb; k++) {
+        const float f = bs[k] / s;
+        if (vbmi) {
+            rq_table(val, f, t);
+            rq_lookup(t, row + k * g, end_of(k, g, cols) - k * g, q + k * g);
+            continue;
+        }
+        const __m512 vf = _mm512_set1_ps(f), hi = _mm512_set1_ps(127.0f);
+        for (int64_t c = k * g; c < end_of(k, g, cols); c += 16) {
+            const __m128i b = _mm_loadu_si128((const __m128i *)(row + c));
+            const __m512 x = _mm512_mul_ps(fp8_f32x16(_mm_and_si128(b, _mm_set1_epi8(0x7f))), vf);
+            const __mmask16 ok = _mm512_cmp_ps_mask(x, x, _CMP_ORD_Q);
+            __m128i v = _mm512_cvtepi32_epi8(_mm512_maskz_cvtps_epi32(ok, _mm512_min_ps(x, hi)));
+            v = _mm_mask_sub_epi8(v, _mm_movepi8_mask(b), _mm_setzero_si128(), v);
+            _mm_storeu_si128((__m128i *)(q + c), v);
+        }
+    }
+}

@@ -1,0 +1,194 @@
+/*
+ * test_fp8_rq.c - the fast mode's FP8 prefill as W8A8 (kernels.h,
+ * DSR1_ACT_INT8_FAST): FP8 rows requantised to INT8 with one scale per
+ * row, then the INT8 kernels.
+ *
+ *   - the AVX-512 requantisation (with and without VBMI) gives the scalar
+ *     one's bytes and scale, on odd codes (the NaN codes, zero rows, zero,
+ *     huge and NaN block scales, a partial last block), and the scalar one
+ *     is what matmul_impl.h says: each code within half a step of
+ *     value x block scale / s, the row's largest at +-127;
+ *   - dsr1_matmul in the fast INT8 mode equals, bit for bit, W8A8 on the
+ *     requantised matrix from DSR1_MM_RQ_MIN_N tokens (portable and AVX-512
+ *     kernels, 1 and 2 threads), and the BF16 path below that or where the
+ *     shape does not fit (columns not a multiple of 64);
+ *   - through the CPU backend's seam: the fast mode takes it, and
+ *     --deterministic never does (its result is the plain INT8 mode's).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/matmul_impl.h"
+#include "be_util.h"
+#include "mat_util.h"
+#include "test.h"
+
+static float *make_x(int n, int64_t ldx, uint64_t seed)
+{
+    rng g = {seed};
+    float *x = malloc((size_t)n * (size_t)ldx * sizeof *x);
+    for (int64_t i = 0; i < n * ldx; i++) x[i] = dsr1_test_frand(&g, -2, 2);
+    return x;
+}
+
+/* The value of an e4m3 magnitude code as the kernels decode it. */
+static float mag_value(uint8_t m)
+{
+    uint32_t u = (uint32_t)dsr1_mm_fp8_bf16(m & 0x7f) << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* The requantised matrix as an INT8 wmat (the scalar requantisation). */
+typedef struct rqmat {
+    dsr1_wmat w;
+    int8_t *q;
+    float *s;
+} rqmat;
+
+static rqmat requant_all(const dsr1_wmat *f)
+{
+    rqmat r = {.q = malloc((size_t)(f->rows * f->cols)), .s = malloc((size_t)f->rows * 4)};
+    for (int64_t i = 0; i < f->rows; i++) dsr1_mm_fp8_requant_row(f, i, r.q + i * f->cols, r.s + i);
+    r.w = (dsr1_wmat){.type = DSR1_T_INT8, .rows = f->rows, .cols = f->cols, .data = r.q,
+                      .scale = r.s, .scale_type = DSR1_T_F32, .group = 0};
+    return r;
+}
+
+DSR1_TEST(fp8_rq_avx512_matches_scalar)
+{
+    if (!dsr1_mm_avx512_usable())
+        DSR1_SKIP("no AVX-512 BF16/VNNI kernels on this CPU: %s", "only the scalar requantisation runs");
+    static const int64_t shapes[][2] = {{140, 192}, {9, 7168}, {130, 320}};
+    for (int si = 0; si < 3; si++) {
+        int64_t rows = shapes[si][0], cols = shapes[si][1], ncb = (cols + 127) / 128;
+        tmat m = dsr1_test_mat(DSR1_T_FP8_E4M3, rows, cols, 0, 500 + (uint64_t)si);
+        uint8_t *d = m.data;
+        float *sc = m.scale;
+        for (int64_t c = 0; c < cols; c += 7) d[3 * cols + c] = (uint8_t)(c & 1 ? 0xff : 0x7f);
+        memset(d + 4 * cols, 0, (size_t)cols);            /* a zero row */
+        memset(d + 5 * cols, 0x80, (size_t)cols);         /* all -0 */
+        sc[1] = 0.0f;                                     /* block (0, 1): zero scale */
+        if (ncb > 2) sc[2] = 3e38f;                       /* huge: products overflow */
+        if (rows > 128) sc[ncb] = NAN;                    /* block (1, 0) */
+        int8_t *qs = malloc((size_t)cols), *qa = malloc((size_t)cols);
+        int bad = 0, far = 0, noedge = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            float ss, sa;
+            dsr1_mm_fp8_requant_row(&m.w, r, qs, &ss);
+            for (int vbmi = 0; vbmi <= dsr1_mm_vbmi_usable(); vbmi++) {
+                memset(qa, 0x55, (size_t)cols);
+                dsr1_mm_fp8_requant_row_avx512(&m.w, r, qa, &sa, vbmi);
+                bad += memcmp(qs, qa, (size_t)cols) != 0 || memcmp(&ss, &sa, 4) != 0;
+            }
+            /* what matmul_impl.h promises, for finite products */
+            int top = 0;
+            for (int64_t c = 0; c < cols; c++) {
+                float bs = sc[(r / 128) * ncb + c / 128];
+                double v = (double)mag_value(d[r * cols + c]) * bs * (d[r * cols + c] & 0x80 ? -1 : 1);
+                if (!isfinite(v) || !isfinite(ss) || !(ss > 0)) continue;
+                far += fabs((double)qs[c] - v / ss) > 0.5 + 1e-3 && abs(qs[c]) < 127;
+                top = abs(qs[c]) > top ? abs(qs[c]) : top;
+            }
+            noedge += ss > 0 && isfinite(ss) && top != 127;
+        }
+        CHECKF(!bad, "%lldx%lld: %d rows differ between AVX-512 and scalar", (long long)rows,
+               (long long)cols, bad);
+        CHECKF(!far, "%lldx%lld: %d codes more than half a step off", (long long)rows, (long long)cols, far);
+        CHECKF(!noedge, "%lldx%lld: %d rows whose largest code is not 127", (long long)rows,
+               (long long)cols, noedge);
+        free(qs);
+        free(qa);
+        dsr1_test_mat_free(&m);
+    }
+}
+
+/* y of the fast INT8 mode on FP8 against what it must equal: W8A8 on the
+ * requantised matrix (rq) or the BF16 path (the plain INT8 mode). */
+static void fast_matches(dsr1_test_ctx *t, dsr1_pool *pool, const tmat *m, const float *x,
+                         int64_t ldx, int n, int rq)
+{
+    int64_t rows = m->w.rows;
+    size_t bytes = (size_t)n * (size_t)rows * 4;
+    float *want = malloc(bytes), *y = malloc(bytes);
+    rqmat r = requant_all(&m->w);
+    if (rq) dsr1_matmul_with(NULL, &r.w, x, ldx, want, rows, n, DSR1_ACT_INT8, DSR1_MM_PORTABLE);
+    else dsr1_matmul(NULL, &m->w, x, ldx, want, rows, n, DSR1_ACT_INT8);
+    static const dsr1_mm_kernel ks[] = {DSR1_MM_PORTABLE, DSR1_MM_AUTO, DSR1_MM_AVX512_NOVBMI};
+    for (int ki = 0; ki < 3; ki++)
+        for (int th = 0; th < 2; th++) {
+            dsr1_matmul_with(th ? pool : NULL, &m->w, x, ldx, y, rows, n, DSR1_ACT_INT8_FAST, ks[ki]);
+            CHECKF(!memcmp(y, want, bytes), "%lldx%lld n=%d kernel %d, %d threads: not the %s result",
+                   (long long)rows, (long long)m->w.cols, n, (int)ks[ki], th + 1,
+                   rq ? "requantised W8A8" : "BF16");
+        }
+    free(want);
+    free(y);
+    free(r.q);
+    free(r.s);
+}
+
+DSR1_TEST(fp8_rq_matmul_is_w8a8_on_requantised)
+{
+    static const int ns[] = {1, 5, 23, 24, 64, 300};
+    static const int64_t shapes[][2] = {{37, 192}, {70, 4160}, {130, 320}, {33, 301}};
+    dsr1_pool *pool = NULL;
+    dsr1_error err = {0};
+    CHECK_OK(dsr1_pool_create(&pool, 2, &err), &err);
+    for (int si = 0; si < 4; si++) {
+        int64_t rows = shapes[si][0], cols = shapes[si][1], ldx = cols + 5;
+        tmat m = dsr1_test_mat(DSR1_T_FP8_E4M3, rows, cols, 0, 600 + (uint64_t)si);
+        float *x = make_x(300, ldx, 610 + (uint64_t)si);
+        for (int ni = 0; ni < 6; ni++)
+            fast_matches(t, pool, &m, x, ldx, ns[ni], ns[ni] >= DSR1_MM_RQ_MIN_N && cols % 64 == 0);
+        free(x);
+        dsr1_test_mat_free(&m);
+    }
+    dsr1_pool_free(pool);
+}
+
+/* Through the seam: with --fp8-w8a8 the fast mode's matmul of 64 FP8
+ * tokens (under the oneDNN threshold, so no AMX machine sends it there) is
+ * the requantised W8A8; without it, or with --deterministic, it is the
+ * plain INT8 mode's BF16 path. */
+DSR1_TEST(fp8_rq_cpu_fast_only)
+{
+    enum { N = 64, ROWS = 96, COLS = 256 };
+    tmat m = dsr1_test_mat(DSR1_T_FP8_E4M3, ROWS, COLS, 0, 700);
+    float *x = make_x(N, COLS, 701), *want = malloc(N * ROWS * 4), *got = malloc(N * ROWS * 4);
+    for (int mode = 0; mode < 3; mode++) {
+        int det = mode == 2, rq = mode == 1;
+        tbe b;
+        dsr1_error err = {0};
+        dsr1_ws_sizes s = {.max_tokens = N, .hidden = COLS, .inter = ROWS, .moe_inter = 64,
+                           .n_experts = 4, .topk = 2, .shared_inter = 64, .max_in = COLS,
+                           .n_heads = 2, .kv_lora_rank = 64, .rope_dim = 16, .max_ctx = 64,
+                           .kv_type = DSR1_KV_F32};
+        dsr1_backend_options o = {.threads = 2, .deterministic = det, .fp8_w8a8 = mode > 0};
+        CHECK_OK(tbe_open_opts(&b, "cpu", &o, &s, &err), &err);
+        dsr1_bweight *h = tbe_load(&b, &m.w, 1, 0, 0, DSR1_W_MATRIX);
+        CHECK(h != NULL);
+        dsr1_view xv = tbe_buf(&b, N * COLS, COLS), yv = tbe_buf(&b, N * ROWS, ROWS);
+        CHECK_EQ_INT(tbe_begin(&b, N, NULL, NULL), 0);
+        b.be->write(b.ws, x, COLS, N, COLS, xv);
+        b.be->matmul(b.ws, h, xv, yv, N, DSR1_ACT_INT8);
+        b.be->read(b.ws, yv, N, ROWS, got, ROWS);
+        CHECK_EQ_INT(tbe_end(&b), 0);
+        dsr1_matmul(NULL, &m.w, x, COLS, want, ROWS, N, rq ? DSR1_ACT_INT8_FAST : DSR1_ACT_INT8);
+        CHECKF(!memcmp(got, want, N * ROWS * 4), "%s mode%s: the backend's FP8 matmul is not the %s result",
+               det ? "deterministic" : "fast", mode ? " with fp8_w8a8" : "",
+               rq ? "requantised W8A8" : "BF16");
+        tbe_close(&b);
+    }
+    /* and the two differ, so the check above tells them apart */
+    dsr1_matmul(NULL, &m.w, x, COLS, want, ROWS, N, DSR1_ACT_INT8);
+    dsr1_matmul(NULL, &m.w, x, COLS, got, ROWS, N, DSR1_ACT_INT8_FAST);
+    CHECK(memcmp(got, want, N * ROWS * 4) != 0);
+    free(x);
+    free(want);
+    free(got);
+    dsr1_test_mat_free(&m);
+}
