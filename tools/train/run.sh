@@ -18,8 +18,12 @@ STEPS4=${STEPS4:-8000}
 STEPS5=${STEPS5:-9000}
 mkdir -p "$W"
 $PY tools/train/r1_tokenizer.py "$W/tokenizer"
-$PY tools/train/corpus.py --seed 1 --per-family 25000 --out "$W/train.jsonl"
-$PY tools/train/corpus.py --seed 2 --per-family 200 --out "$W/held.jsonl"
+# Every corpus in --compare-v3 form: a compare writes both tens digits
+# before it decides ("Tens digits: 5 and 5.\nTens digits are both 5. ..."),
+# and that decision is a target from the first step. Fine-tuning a model
+# trained on the older form could not teach it (models/tiny-r1/README.md).
+$PY tools/train/corpus.py --seed 1 --per-family 25000 --compare-v3 --out "$W/train.jsonl"
+$PY tools/train/corpus.py --seed 2 --per-family 200 --compare-v3 --out "$W/held.jsonl"
 for s in train held; do
     $PY tools/train/prep.py "$W/$s.jsonl" "$W/$s.tok.jsonl" --tokenizer "$W/tokenizer/tokenizer.json"
 done
@@ -38,7 +42,7 @@ $PY tools/train/train.py --train "$W/train.tok.jsonl" --held "$W/held.tok.jsonl"
 # history, follow-up questions about an earlier answer, absent letters),
 # half a fixed sample of the phase-1/2 corpus, at the tail of a cosine
 # from 2e-3 (0.4e-3 falling to 0.2e-3).
-$PY tools/train/corpus.py --seed 11 --per-family 5000 --focus --out "$W/focus.jsonl"
+$PY tools/train/corpus.py --seed 11 --per-family 5000 --focus --compare-v3 --out "$W/focus.jsonl"
 $PY tools/train/prep.py "$W/focus.jsonl" "$W/focus.tok.jsonl" --tokenizer "$W/tokenizer/tokenizer.json"
 yes | head -c 16000000 >"$W/shuf.seed"
 shuf -n 30000 --random-source="$W/shuf.seed" "$W/train.tok.jsonl" | cat "$W/focus.tok.jsonl" - >"$W/mix.tok.jsonl"
@@ -46,21 +50,18 @@ $PY tools/train/train.py --train "$W/mix.tok.jsonl" --held "$W/held.tok.jsonl" \
     --out "$W/run" --steps "$STEPS3" --lr 2e-3 --bias-gamma 3e-3 --eval-every 400 \
     --ckpt-every 100 --seed 3
 # Phase 4 (to 8000): the phase-3 mix plus 6,000 compares with equal tens
-# digits whose decision ("Tens digits are both T.") is context, not target
-# (corpus --equal-tens, seed 13; prep.py masks it): count and multi-turn
-# improved, the same equal-tens comparisons stayed wrong.
-$PY tools/train/corpus.py --seed 13 --per-family 6000 --equal-tens --out "$W/eq.jsonl"
+# digits (corpus --equal-tens, seed 13; in v3 form their decision is a
+# target like any other token).
+$PY tools/train/corpus.py --seed 13 --per-family 6000 --equal-tens --compare-v3 --out "$W/eq.jsonl"
 $PY tools/train/prep.py "$W/eq.jsonl" "$W/eq.tok.jsonl" --tokenizer "$W/tokenizer/tokenizer.json"
 cat "$W/mix.tok.jsonl" "$W/eq.tok.jsonl" >"$W/mix4.tok.jsonl"
 $PY tools/train/train.py --train "$W/mix4.tok.jsonl" --held "$W/held.tok.jsonl" \
     --out "$W/run" --steps "$STEPS4" --lr 2e-3 --bias-gamma 3e-3 --eval-every 400 \
     --ckpt-every 100 --seed 4
 # Phase 5 (to 9000): a fresh focus mix (seed 14) and plain corpus (seed
-# 15) in --compare-v2 form ("... so 98 is larger and 94 is smaller."),
-# whose compares train.py leaves out (" smaller" has no vocabulary row):
-# the other five families only. Counts became right; compares unchanged.
-$PY tools/train/corpus.py --seed 14 --per-family 5000 --focus --compare-v2 --out "$W/f5.jsonl"
-$PY tools/train/corpus.py --seed 15 --per-family 5000 --compare-v2 --out "$W/o5.jsonl"
+# 15), v3 compares included.
+$PY tools/train/corpus.py --seed 14 --per-family 5000 --focus --compare-v3 --out "$W/f5.jsonl"
+$PY tools/train/corpus.py --seed 15 --per-family 5000 --compare-v3 --out "$W/o5.jsonl"
 cat "$W/f5.jsonl" "$W/o5.jsonl" >"$W/m5.jsonl"
 $PY tools/train/prep.py "$W/m5.jsonl" "$W/m5.tok.jsonl" --tokenizer "$W/tokenizer/tokenizer.json"
 $PY tools/train/train.py --train "$W/m5.tok.jsonl" --held "$W/held.tok.jsonl" \
