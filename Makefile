@@ -128,7 +128,11 @@ fuzz:
 	    $(FUZZ_TARGETS:%=build-fuzz/libfuzzer/fuzz_%)
 	@sh tools/fuzz.sh build-fuzz $(FUZZ_TIME) $(FUZZ_TARGETS)
 
-test: deps-ok $(BIN) $(BUILD)/dsr1-test $(TOOLS) $(FUZZ_REPLAY) $(if $(filter 1,$(CUDA)),$(BUILD)/cuda-host-check)
+# A GPU library already next to the binary is rebuilt first: a stale one
+# (an older seam version) would be refused, and the backend tests would
+# test the refusal; a tree without one (CI) does not build it for the tests.
+test: deps-ok $(BIN) $(BUILD)/dsr1-test $(TOOLS) $(FUZZ_REPLAY) $(if $(filter 1,$(CUDA)),$(BUILD)/cuda-host-check) \
+      $(if $(wildcard $(GPU_DIR)/libdsr1-cuda.so $(GPU_DIR)/libdsr1-hip.so),$(GPU_LIBS))
 	@DSR1=$(abspath $(BIN)) BUILD=$(abspath $(BUILD)) $(BUILD)/dsr1-test $(T)
 
 # The suite under AddressSanitizer + UndefinedBehaviorSanitizer, in its own
