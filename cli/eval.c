@@ -52,7 +52,7 @@ static int usage(FILE *f)
                "path of another file with the same shapes instead (the cost of a weight type,\n"
                "e.g. an INT8 LM head against a BF16 one). --deterministic: the fast path with\n"
                "only batch-invariant kernels (no oneDNN, no naive-form attention). --fp8-w8a8:\n"
-               "FP8 prefill as W8A8 (what it costs). See dsr1-eval(1).\n");
+               "the fast path with FP8 prefill as W8A8, to measure its cost. See dsr1-eval(1).\n");
     return f == stdout ? 0 : 2;
 }
 

@@ -69,9 +69,9 @@ int dsr1_pool_reserve(dsr1_pool *p, size_t bytes, dsr1_error *err);
 /* The fast mode's DSR1_ACT_INT8 with --fp8-w8a8 (backend-internal: never
  * crosses the seam; the CPU backend turns the seam's INT8 into it):
  * the same, and FP8 weights with DSR1_MM_RQ_MIN_N tokens or more are
- * requantised on the fly to INT8 with one scale per row, the bytes `dsr1
- * convert --type int8` would write for them (dsr1_mm_fp8_requant_row), and
- * run W8A8. A token's result then depends on how many tokens share the
+ * requantised on the fly to INT8 with one scale per row (within half a
+ * step of what `dsr1 convert --type int8` writes for them:
+ * dsr1_mm_fp8_requant_row, matmul_impl.h) and run W8A8. A token's result then depends on how many tokens share the
  * call, which only the fast mode allows. */
 #define DSR1_ACT_INT8_FAST ((dsr1_act)3)
 #define DSR1_MM_RQ_MIN_N 24

@@ -30,9 +30,10 @@ done
 # Two phases, as the published model was trained (the second resumes from
 # the first's checkpoint with a new cosine schedule): 800 steps at lr 3e-3,
 # then to STEPS (6000) at lr 2e-3 with a faster expert-bias update (3e-3;
-# the first phase had left the experts uneven). A third phase to 8000 at lr
-# 1e-3 was tried and not kept: comparisons with equal tens digits got worse
-# (44/50 against 47/50 on held-out seed 6); see models/tiny-r1/README.md.
+# the first phase had left the experts uneven). On the first model (trained
+# on the original compare form) a third phase to 8000 at lr 1e-3 was tried
+# and not kept: comparisons with equal tens digits got worse (44/50 against
+# 47/50 on held-out seed 6).
 $PY tools/train/train.py --train "$W/train.tok.jsonl" --held "$W/held.tok.jsonl" \
     --out "$W/run" --steps 800 --eval-every 200 --ckpt-every 50 --seed 1
 $PY tools/train/train.py --train "$W/train.tok.jsonl" --held "$W/held.tok.jsonl" \
