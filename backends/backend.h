@@ -78,7 +78,7 @@
 
 /* Version 2: weights loaded as handles, backend buffers and views,
  * step_begin/step_end, backend-owned KV pages, options at create. */
-#define DSR1_BACKEND_VERSION 4
+#define DSR1_BACKEND_VERSION 5
 
 /* ---- weights ------------------------------------------------------------- */
 
@@ -285,11 +285,11 @@ typedef struct dsr1_backend_options {
      * faster kernels whose result for a token depends on the batch (the
      * CPU's oneDNN prefill GEMM), within the ops' stated tolerance. */
     int deterministic;
-    /* Non-zero, and not deterministic: FP8 weights may run as W8A8 in
-     * matmuls of many tokens (the CPU requantises each row to INT8 on the
-     * fly: an INT8 file's numerics, within the ops' W8A8 tolerance).
-     * Backends without such a path ignore it. */
-    int fp8_w8a8;
+    /* Zero, and not deterministic: FP8 weights may run as W8A8 in matmuls
+     * of many tokens (the CPU requantises each row to INT8 on the fly:
+     * an INT8 file's numerics, within the ops' W8A8 tolerance). Non-zero:
+     * they stay bf16. Backends without such a path ignore it. */
+    int fp8_bf16;
 } dsr1_backend_options;
 
 typedef struct dsr1_backend_ops {

@@ -32,7 +32,8 @@ static int usage(FILE *f)
 {
     fprintf(f,
             "usage: dsr1 bench [-m MODEL] [--prompt N,..] [--gen N] [--batch N,..] [--threads N] [--f32]\n"
-            "                  [--no-warmup] [--numa auto|off|virtual:N] [--deterministic] [--fp8-w8a8]\n"
+            "                  [--no-warmup] [--numa auto|off|virtual:N] [--deterministic]\n"
+            "                  [--fp8-prefill w8a8|bf16]\n"
             "       dsr1 bench membw [--size MIB] [--threads N] [--reps N]\n"
             "       dsr1 bench kernels [--shape ROWSxCOLS] [--threads N] [--quick] [--type T] [--n N,..]\n"
             "       dsr1 bench tokenize FILE\n"

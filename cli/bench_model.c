@@ -39,7 +39,7 @@ typedef struct model_opts {
     const char *model, *backend;
     int prompts[MAX_LIST], n_prompts;
     int batches[MAX_LIST], n_batches;
-    int gen, threads, f32, no_warmup, numa, deterministic, w8a8;
+    int gen, threads, f32, no_warmup, numa, deterministic, fp8_bf16;
 } model_opts;
 
 typedef struct model_result {
@@ -79,7 +79,8 @@ static int parse_opts(int argc, char **argv, model_opts *o)
         else if (!strcmp(a, "--f32")) o->f32 = 1;
         else if (!strcmp(a, "--no-warmup")) o->no_warmup = 1;
         else if (!strcmp(a, "--deterministic")) o->deterministic = 1;
-        else if (!strcmp(a, "--fp8-w8a8")) o->w8a8 = 1;
+        else if (!strcmp(a, "--fp8-prefill") && has)
+            rc = dsr1_common_fp8_prefill_arg("bench", argv[++i], &o->fp8_bf16);
         else if (!strcmp(a, "--prompt") && has)
             rc = parse_list(a, argv[++i], 1, 1 << 20, o->prompts, &o->n_prompts);
         else if (!strcmp(a, "--batch") && has)
@@ -319,7 +320,7 @@ int dsr1_bench_model(int argc, char **argv)
     if (dsr1_common_model_path(o.model, path, sizeof path, &err)) return dsr1_cli_fail(&err);
     dsr1_model_options mo = {.backend = o.backend, .threads = o.threads, .numa_nodes = o.numa,
                              .compute = o.f32 ? DSR1_COMPUTE_F32 : DSR1_COMPUTE_FAST,
-                             .deterministic = o.deterministic, .fp8_w8a8 = o.w8a8};
+                             .deterministic = o.deterministic, .fp8_bf16 = o.fp8_bf16};
     dsr1_model *m = NULL;
     double membw = 0, bw = 0;
     model_result res[2 * MAX_LIST];

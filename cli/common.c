@@ -346,9 +346,18 @@ static void load_progress(double frac, const char *what, void *ctx)
                        what ? what : "");
 }
 
-/* Set by --verify, --numa, --deterministic and --fp8-w8a8
+/* Set by --verify, --numa, --deterministic and --fp8-prefill
  * (dsr1_common_gen_flag); read when a model is opened. */
-static int verify_on_load, numa_on_load, deterministic_on_load, w8a8_on_load;
+static int verify_on_load, numa_on_load, deterministic_on_load, fp8_bf16_on_load;
+
+int dsr1_common_fp8_prefill_arg(const char *cmd, const char *v, int *bf16)
+{
+    if (v && (!strcmp(v, "w8a8") || !strcmp(v, "bf16"))) {
+        *bf16 = !strcmp(v, "bf16");
+        return 0;
+    }
+    return dsr1_cli_usage(cmd, "--fp8-prefill wants w8a8 or bf16, got '%s'", v ? v : "");
+}
 
 int dsr1_common_numa_arg(const char *cmd, const char *v, int *out)
 {
@@ -381,7 +390,7 @@ int dsr1_common_open_model(dsr1_model **m, const char *path, const char *backend
     o.verify = verify_on_load;
     o.numa_nodes = numa_on_load;
     o.deterministic = deterministic_on_load;
-    o.fp8_w8a8 = w8a8_on_load;
+    o.fp8_bf16 = fp8_bf16_on_load;
     double t0 = dsr1_common_now();
     int rc = dsr1_model_open(m, path, &o, err);
     dsr1_common_status_clear(&st);
@@ -728,11 +737,11 @@ int dsr1_common_gen_flag(const char *cmd, dsr1_gen_flags *f, int c, const char *
         [DSR1_GEN_FREQ - DSR1_GEN_OPT_BASE] = {"--frequency-penalty", -2, 2, 0},
     };
     if (c < DSR1_GEN_OPT_BASE || c >= DSR1_GEN_OPT_END) return -1;
-    if (c == DSR1_GEN_VERIFY || c == DSR1_GEN_DETERMINISTIC || c == DSR1_GEN_W8A8) {
-        *(c == DSR1_GEN_VERIFY ? &verify_on_load
-          : c == DSR1_GEN_W8A8 ? &w8a8_on_load : &deterministic_on_load) = 1;
+    if (c == DSR1_GEN_VERIFY || c == DSR1_GEN_DETERMINISTIC) {
+        *(c == DSR1_GEN_VERIFY ? &verify_on_load : &deterministic_on_load) = 1;
         return 0;
     }
+    if (c == DSR1_GEN_FP8PREFILL) return dsr1_common_fp8_prefill_arg(cmd, v, &fp8_bf16_on_load);
     if (c == DSR1_GEN_NUMA) return dsr1_common_numa_arg(cmd, v, &numa_on_load);
     if (c == DSR1_GEN_MLOCK || c == DSR1_GEN_PRELOAD || c == DSR1_GEN_NOPRELOAD ||
         c == DSR1_GEN_NOPREFIX) {

@@ -170,8 +170,9 @@ enum {
     DSR1_GEN_MINP, DSR1_GEN_REP, DSR1_GEN_SEED, DSR1_GEN_CTX, DSR1_GEN_THREADS,
     DSR1_GEN_SPEC, DSR1_GEN_PRES, DSR1_GEN_FREQ, DSR1_GEN_VERIFY,
     DSR1_GEN_MLOCK, DSR1_GEN_PRELOAD, DSR1_GEN_NOPRELOAD, /* memory: no value */
-    DSR1_GEN_NOPREFIX, DSR1_GEN_DETERMINISTIC, DSR1_GEN_W8A8, /* no value */
+    DSR1_GEN_NOPREFIX, DSR1_GEN_DETERMINISTIC,            /* no value */
     DSR1_GEN_KVTYPE,                                      /* bf16 | fp8 */
+    DSR1_GEN_FP8PREFILL,                                  /* w8a8 | bf16 */
     DSR1_GEN_NUMA,
     DSR1_GEN_OPT_END
 };
@@ -202,7 +203,7 @@ enum {
     {"kv-type", required_argument, 0, DSR1_GEN_KVTYPE},                               \
     {"numa", required_argument, 0, DSR1_GEN_NUMA},                                    \
     {"deterministic", no_argument, 0, DSR1_GEN_DETERMINISTIC},                        \
-    {"fp8-w8a8", no_argument, 0, DSR1_GEN_W8A8}
+    {"fp8-prefill", required_argument, 0, DSR1_GEN_FP8PREFILL}
 
 typedef struct dsr1_gen_flags {
     dsr1_sampling *sampling; /* where the sampling flags go (caller's struct) */
@@ -220,6 +221,11 @@ typedef struct dsr1_gen_flags {
  * usage error naming cmd. Also a generation flag (DSR1_GEN_NUMA), which
  * applies to every later dsr1_common_open_model. */
 int dsr1_common_numa_arg(const char *cmd, const char *v, int *out);
+
+/* --fp8-prefill w8a8|bf16 into *bf16 (dsr1_model_options.fp8_bf16: 0, 1);
+ * 0, or 2 after a usage error naming cmd. Also a generation flag
+ * (DSR1_GEN_FP8PREFILL), which applies to every later open. */
+int dsr1_common_fp8_prefill_arg(const char *cmd, const char *v, int *bf16);
 
 /* --verify (no value) makes every later dsr1_common_open_model hash the
  * whole file against its directory before loading (dsr1 verify's check). */

@@ -46,13 +46,14 @@ static int usage(FILE *f)
 {
     fprintf(f, "usage: dsr1 eval [-m MODEL] [--prompts FILE | --ids ID,ID,...] [--n N]\n"
                "                 [--ref FILE] [--kv-type bf16|fp8] [--threads N] [--json]\n"
-               "                 [--deterministic] [--fp8-w8a8]\n"
+               "                 [--deterministic] [--fp8-prefill w8a8|bf16]\n"
                "Compares the fast compute path with the float32 path (teacher-forced):\n"
                "top-1 agreement, logit cosine, KL(f32 || fast). --ref FILE takes the float32\n"
                "path of another file with the same shapes instead (the cost of a weight type,\n"
                "e.g. an INT8 LM head against a BF16 one). --deterministic: the fast path with\n"
-               "only batch-invariant kernels (no oneDNN, no naive-form attention). --fp8-w8a8:\n"
-               "the fast path with FP8 prefill as W8A8, to measure its cost. See dsr1-eval(1).\n");
+               "only batch-invariant kernels (no oneDNN, no naive-form attention). --fp8-prefill\n"
+               "bf16: the fast path with FP8 prefill in bf16 instead of W8A8 (the default),\n"
+               "to measure W8A8's cost. See dsr1-eval(1).\n");
     return f == stdout ? 0 : 2;
 }
 
@@ -307,7 +308,7 @@ static void report(const char *path, const char *refpath, const dsr1_model *fast
 int dsr1_cmd_eval(int argc, char **argv)
 {
     const char *model = NULL, *prompts = NULL, *ids = NULL, *refpath = NULL;
-    int threads = 0, json = 0, kv_fp8 = 0, deterministic = 0, w8a8 = 0;
+    int threads = 0, json = 0, kv_fp8 = 0, deterministic = 0, fp8_bf16 = 0;
     double n = 64;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -319,7 +320,9 @@ int dsr1_cmd_eval(int argc, char **argv)
         else if (!strcmp(a, "--ref") && has) refpath = argv[++i];
         else if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--deterministic")) deterministic = 1;
-        else if (!strcmp(a, "--fp8-w8a8")) w8a8 = 1;
+        else if (!strcmp(a, "--fp8-prefill") && has) {
+            if (dsr1_common_fp8_prefill_arg("eval", argv[++i], &fp8_bf16)) return 2;
+        }
         else if (!strcmp(a, "--kv-type") && has) {
             const char *v = argv[++i];
             if (strcmp(v, "bf16") && strcmp(v, "fp8"))
@@ -339,7 +342,7 @@ int dsr1_cmd_eval(int argc, char **argv)
     dsr1_error err = {0};
     if (dsr1_common_model_path(model, path, sizeof path, &err)) return dsr1_cli_fail(&err);
     dsr1_model_options fo = {.threads = threads, .compute = DSR1_COMPUTE_FAST, .kv_fp8 = kv_fp8,
-                             .deterministic = deterministic, .fp8_w8a8 = w8a8};
+                             .deterministic = deterministic, .fp8_bf16 = fp8_bf16};
     dsr1_model_options ro = {.threads = threads, .compute = DSR1_COMPUTE_F32};
     dsr1_model *fast = NULL, *ref = NULL;
     static seqs s; /* large arrays: not on the stack (cli/ may keep state) */

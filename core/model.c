@@ -372,7 +372,7 @@ static int load(dsr1_model *m, const char *path, const dsr1_model_options *o, ds
     dsr1_backend_options bo = {.threads = m->threads, .device = 0,
                                .numa_nodes = o ? o->numa_nodes : 0,
                                .deterministic = o && o->deterministic,
-                               .fp8_w8a8 = o && o->fp8_w8a8};
+                               .fp8_bf16 = o && o->fp8_bf16};
     DSR1_TRY(m->be->create(&bo, &m->dev, err));
     DSR1_TRY(get_embed(m, "model.embed_tokens.weight", &m->embed, err));
     DSR1_TRY(get_vec(m, "model.norm.weight", c->hidden_size, &m->norm, err));

@@ -163,7 +163,8 @@ out:
 /* ---- the whole model ----------------------------------------------------------- */
 
 /* Logits of rows `outs` of one n-token prefill of ids on a fresh cache,
- * in mode 0 fast, 1 deterministic, 2 float32. */
+ * in mode 0 fast, 1 deterministic, 2 float32; FP8 in bf16 (oneDNN's GEMM
+ * is what the fast mode is judged on here, not W8A8: test_forward.c). */
 static int prefill_logits(dsr1_test_ctx *t, const char *path, int mode, const int32_t *ids,
                           int n, const int32_t *outs, int n_out, float *logits, char *desc,
                           size_t desc_cap)
@@ -173,7 +174,8 @@ static int prefill_logits(dsr1_test_ctx *t, const char *path, int mode, const in
     dsr1_fwd *f = NULL;
     dsr1_error err = {0};
     dsr1_model_options o = {.compute = mode == 2 ? DSR1_COMPUTE_F32 : DSR1_COMPUTE_FAST,
-                            .threads = 2, .backend = "cpu", .deterministic = mode == 1};
+                            .threads = 2, .backend = "cpu", .deterministic = mode == 1,
+                            .fp8_bf16 = 1};
     int rc = dsr1_model_open(&m, path, &o, &err);
     if (!rc) {
         snprintf(desc, desc_cap, "%s", dsr1_model_describe(m));

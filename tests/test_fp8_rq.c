@@ -1,19 +1,22 @@
 /*
  * test_fp8_rq.c - the fast mode's FP8 prefill as W8A8 (kernels.h,
- * DSR1_ACT_INT8_FAST): FP8 rows requantised to INT8 with one scale per
- * row, then the INT8 kernels.
+ * DSR1_ACT_INT8_FAST): FP8 rows requantised to INT8 with a scale per row
+ * and 128-column block, x quantised per token and 128 columns, integer
+ * dots per group (matmul_impl.h, "FP8 as W8A8").
  *
  *   - the AVX-512 requantisation (with and without VBMI) gives the scalar
- *     one's bytes and scale, on odd codes (the NaN codes, zero rows, zero,
+ *     one's bytes and scales, on odd codes (the NaN codes, zero rows, zero,
  *     huge and NaN block scales, a partial last block), and the scalar one
  *     is what matmul_impl.h says: each code within half a step of
- *     value x block scale / s, the row's largest at +-127;
- *   - dsr1_matmul in the fast INT8 mode equals, bit for bit, W8A8 on the
- *     requantised matrix from DSR1_MM_RQ_MIN_N tokens (portable and AVX-512
- *     kernels, 1 and 2 threads), and the BF16 path below that or where the
- *     shape does not fit (columns not a multiple of 64);
- *   - through the CPU backend's seam: the fast mode takes it, and
- *     --deterministic never does (its result is the plain INT8 mode's).
+ *     value x block scale / s, each block's largest at +-127;
+ *   - dsr1_matmul in the fast INT8 mode equals, bit for bit, this file's
+ *     own spelling of that order on the requantised matrix from
+ *     DSR1_MM_RQ_MIN_N tokens (portable and AVX-512 kernels, 1 and 2
+ *     threads; a partial last group), and the BF16 path below that or
+ *     where the shape does not fit (columns not a multiple of 64);
+ *   - through the CPU backend's seam: the fast mode takes it by default,
+ *     and neither --fp8-prefill bf16 nor --deterministic does (their
+ *     result is the plain INT8 mode's).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -42,20 +45,55 @@ static float mag_value(uint8_t m)
     return f;
 }
 
-/* The requantised matrix as an INT8 wmat (the scalar requantisation). */
+/* The requantised matrix (the scalar requantisation): codes [rows][cols],
+ * scales [rows][ng], ng = ceil(cols / 128). */
 typedef struct rqmat {
-    dsr1_wmat w;
     int8_t *q;
     float *s;
+    int64_t rows, cols, ng;
 } rqmat;
 
 static rqmat requant_all(const dsr1_wmat *f)
 {
-    rqmat r = {.q = malloc((size_t)(f->rows * f->cols)), .s = malloc((size_t)f->rows * 4)};
-    for (int64_t i = 0; i < f->rows; i++) dsr1_mm_fp8_requant_row(f, i, r.q + i * f->cols, r.s + i);
-    r.w = (dsr1_wmat){.type = DSR1_T_INT8, .rows = f->rows, .cols = f->cols, .data = r.q,
-                      .scale = r.s, .scale_type = DSR1_T_F32, .group = 0};
+    rqmat r = {.rows = f->rows, .cols = f->cols, .ng = (f->cols + DSR1_MM_XG - 1) / DSR1_MM_XG};
+    r.q = malloc((size_t)(f->rows * f->cols));
+    r.s = malloc((size_t)(f->rows * r.ng) * 4);
+    for (int64_t i = 0; i < f->rows; i++) dsr1_mm_fp8_requant_row(f, i, r.q + i * f->cols, r.s + i * r.ng);
     return r;
+}
+
+/* matmul_impl.h's "FP8 as W8A8" order, spelled out: x per token and 128
+ * columns to int8 (amax / 127, rint(x * (127 / amax)) clamped), the exact
+ * dot per group, acc = fma(dot, s_w * s_x, acc) in group order. */
+static void w8a8_ref(const rqmat *r, const float *x, int64_t ldx, int n, float *y)
+{
+    int8_t *xq = malloc((size_t)r->cols);
+    float *xs = malloc((size_t)r->ng * 4);
+    for (int t = 0; t < n; t++) {
+        for (int64_t g = 0; g < r->ng; g++) {
+            int64_t c0 = g * DSR1_MM_XG, c1 = c0 + DSR1_MM_XG < r->cols ? c0 + DSR1_MM_XG : r->cols;
+            float amax = 0.0f;
+            for (int64_t c = c0; c < c1; c++) amax = fmaxf(amax, fabsf(x[t * ldx + c]));
+            float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+            for (int64_t c = c0; c < c1; c++) {
+                float q = nearbyintf(x[t * ldx + c] * inv);
+                xq[c] = (int8_t)(q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q);
+            }
+            xs[g] = amax / 127.0f;
+        }
+        for (int64_t i = 0; i < r->rows; i++) {
+            float acc = 0.0f;
+            for (int64_t g = 0; g < r->ng; g++) {
+                int64_t c0 = g * DSR1_MM_XG, c1 = c0 + DSR1_MM_XG < r->cols ? c0 + DSR1_MM_XG : r->cols;
+                int32_t dot = 0;
+                for (int64_t c = c0; c < c1; c++) dot += r->q[i * r->cols + c] * xq[c];
+                acc = fmaf((float)dot, r->s[i * r->ng + g] * xs[g], acc);
+            }
+            y[t * r->rows + i] = acc;
+        }
+    }
+    free(xq);
+    free(xs);
 }
 
 DSR1_TEST(fp8_rq_avx512_matches_scalar)
@@ -75,33 +113,38 @@ DSR1_TEST(fp8_rq_avx512_matches_scalar)
         if (ncb > 2) sc[2] = 3e38f;                       /* huge: products overflow */
         if (rows > 128) sc[ncb] = NAN;                    /* block (1, 0) */
         int8_t *qs = malloc((size_t)cols), *qa = malloc((size_t)cols);
+        float *ss = malloc((size_t)ncb * 4), *sa = malloc((size_t)ncb * 4);
         int bad = 0, far = 0, noedge = 0;
         for (int64_t r = 0; r < rows; r++) {
-            float ss, sa;
-            dsr1_mm_fp8_requant_row(&m.w, r, qs, &ss);
+            dsr1_mm_fp8_requant_row(&m.w, r, qs, ss);
             for (int vbmi = 0; vbmi <= dsr1_mm_vbmi_usable(); vbmi++) {
                 memset(qa, 0x55, (size_t)cols);
-                dsr1_mm_fp8_requant_row_avx512(&m.w, r, qa, &sa, vbmi);
-                bad += memcmp(qs, qa, (size_t)cols) != 0 || memcmp(&ss, &sa, 4) != 0;
+                memset(sa, 0x55, (size_t)ncb * 4);
+                dsr1_mm_fp8_requant_row_avx512(&m.w, r, qa, sa, vbmi);
+                bad += memcmp(qs, qa, (size_t)cols) != 0 || memcmp(ss, sa, (size_t)ncb * 4) != 0;
             }
             /* what matmul_impl.h promises, for finite products */
-            int top = 0;
-            for (int64_t c = 0; c < cols; c++) {
-                float bs = sc[(r / 128) * ncb + c / 128];
-                double v = (double)mag_value(d[r * cols + c]) * bs * (d[r * cols + c] & 0x80 ? -1 : 1);
-                if (!isfinite(v) || !isfinite(ss) || !(ss > 0)) continue;
-                far += fabs((double)qs[c] - v / ss) > 0.5 + 1e-3 && abs(qs[c]) < 127;
-                top = abs(qs[c]) > top ? abs(qs[c]) : top;
+            for (int64_t k = 0; k < ncb; k++) {
+                int top = 0;
+                for (int64_t c = k * 128; c < cols && c < (k + 1) * 128; c++) {
+                    float bs = sc[(r / 128) * ncb + k];
+                    double v = (double)mag_value(d[r * cols + c]) * bs * (d[r * cols + c] & 0x80 ? -1 : 1);
+                    if (!isfinite(v) || !isfinite(ss[k]) || !(ss[k] > 0)) continue;
+                    far += fabs((double)qs[c] - v / ss[k]) > 0.5 + 1e-3 && abs(qs[c]) < 127;
+                    top = abs(qs[c]) > top ? abs(qs[c]) : top;
+                }
+                noedge += ss[k] > 0 && isfinite(ss[k]) && top != 127;
             }
-            noedge += ss > 0 && isfinite(ss) && top != 127;
         }
         CHECKF(!bad, "%lldx%lld: %d rows differ between AVX-512 and scalar", (long long)rows,
                (long long)cols, bad);
         CHECKF(!far, "%lldx%lld: %d codes more than half a step off", (long long)rows, (long long)cols, far);
-        CHECKF(!noedge, "%lldx%lld: %d rows whose largest code is not 127", (long long)rows,
+        CHECKF(!noedge, "%lldx%lld: %d blocks whose largest code is not 127", (long long)rows,
                (long long)cols, noedge);
         free(qs);
         free(qa);
+        free(ss);
+        free(sa);
         dsr1_test_mat_free(&m);
     }
 }
@@ -115,7 +158,7 @@ static void fast_matches(dsr1_test_ctx *t, dsr1_pool *pool, const tmat *m, const
     size_t bytes = (size_t)n * (size_t)rows * 4;
     float *want = malloc(bytes), *y = malloc(bytes);
     rqmat r = requant_all(&m->w);
-    if (rq) dsr1_matmul_with(NULL, &r.w, x, ldx, want, rows, n, DSR1_ACT_INT8, DSR1_MM_PORTABLE);
+    if (rq) w8a8_ref(&r, x, ldx, n, want);
     else dsr1_matmul(NULL, &m->w, x, ldx, want, rows, n, DSR1_ACT_INT8);
     static const dsr1_mm_kernel ks[] = {DSR1_MM_PORTABLE, DSR1_MM_AUTO, DSR1_MM_AVX512_NOVBMI};
     for (int ki = 0; ki < 3; ki++)
@@ -150,24 +193,24 @@ DSR1_TEST(fp8_rq_matmul_is_w8a8_on_requantised)
     dsr1_pool_free(pool);
 }
 
-/* Through the seam: with --fp8-w8a8 the fast mode's matmul of 64 FP8
- * tokens (under the oneDNN threshold, so no AMX machine sends it there) is
- * the requantised W8A8; without it, or with --deterministic, it is the
- * plain INT8 mode's BF16 path. */
+/* Through the seam: the fast mode's matmul of 64 FP8 tokens (under the
+ * oneDNN threshold, so no AMX machine sends it there) is the requantised
+ * W8A8; with fp8_bf16 (--fp8-prefill bf16), or with --deterministic, it
+ * is the plain INT8 mode's BF16 path. */
 DSR1_TEST(fp8_rq_cpu_fast_only)
 {
     enum { N = 64, ROWS = 96, COLS = 256 };
     tmat m = dsr1_test_mat(DSR1_T_FP8_E4M3, ROWS, COLS, 0, 700);
     float *x = make_x(N, COLS, 701), *want = malloc(N * ROWS * 4), *got = malloc(N * ROWS * 4);
     for (int mode = 0; mode < 3; mode++) {
-        int det = mode == 2, rq = mode == 1;
+        int det = mode == 2, rq = mode == 0;
         tbe b;
         dsr1_error err = {0};
         dsr1_ws_sizes s = {.max_tokens = N, .hidden = COLS, .inter = ROWS, .moe_inter = 64,
                            .n_experts = 4, .topk = 2, .shared_inter = 64, .max_in = COLS,
                            .n_heads = 2, .kv_lora_rank = 64, .rope_dim = 16, .max_ctx = 64,
                            .kv_type = DSR1_KV_F32};
-        dsr1_backend_options o = {.threads = 2, .deterministic = det, .fp8_w8a8 = mode > 0};
+        dsr1_backend_options o = {.threads = 2, .deterministic = det, .fp8_bf16 = mode == 1};
         CHECK_OK(tbe_open_opts(&b, "cpu", &o, &s, &err), &err);
         dsr1_bweight *h = tbe_load(&b, &m.w, 1, 0, 0, DSR1_W_MATRIX);
         CHECK(h != NULL);
@@ -179,7 +222,7 @@ DSR1_TEST(fp8_rq_cpu_fast_only)
         CHECK_EQ_INT(tbe_end(&b), 0);
         dsr1_matmul(NULL, &m.w, x, COLS, want, ROWS, N, rq ? DSR1_ACT_INT8_FAST : DSR1_ACT_INT8);
         CHECKF(!memcmp(got, want, N * ROWS * 4), "%s mode%s: the backend's FP8 matmul is not the %s result",
-               det ? "deterministic" : "fast", mode ? " with fp8_w8a8" : "",
+               det ? "deterministic" : "fast", mode == 1 ? " with fp8_bf16" : "",
                rq ? "requantised W8A8" : "BF16");
         tbe_close(&b);
     }

@@ -35,8 +35,9 @@
 # (default "fp8 int8 int4"; bf16 needs memory for a BF16 model twice over,
 # ~23 GB for this preset), THREADS (default 2), ROUNDS, PP (512), TG (32),
 # CKPT, Q4 (q4_0), FP8_HEAD (int8; bf16 as published), KEEP=1 keeps the converted files (else each pair's files
-# are deleted after its rounds), W8A8 (1: the fp8 rounds also run the FP8
-# file with --fp8-w8a8, a "fp8-w8a8" row against the same GGUF; 0: not).
+# are deleted after its rounds), FP8_BF16 (1: the fp8 rounds also run the
+# FP8 file with --fp8-prefill bf16, a "fp8-bf16" row against the same GGUF,
+# what the default W8A8 prefill gains; 0: not).
 # Either source may be left out; its columns are then "-".
 # Prints the table to stdout and to $W/peer.txt; the raw runs go to
 # $W/runs.txt.
@@ -177,9 +178,10 @@ for t in $TYPES; do
     run_dsr1 "$f" >/dev/null || true
     for r in $(seq "$ROUNDS"); do
         x=$(run_dsr1 "$f") && echo "dsr1 $t $x" >>"$RUNS" || say "dsr1 $t round $r failed"
-        # the FP8 file again with --fp8-w8a8 (W8A8 prefill), against the same GGUF rows
-        if [ "$t" = fp8 ] && [ "${W8A8:-1}" = 1 ]; then
-            x=$(run_dsr1 "$f" --fp8-w8a8) && echo "dsr1 fp8-w8a8 $x" >>"$RUNS" || say "dsr1 fp8 --fp8-w8a8 round $r failed"
+        # the FP8 file again with its prefill in bf16, against the same GGUF rows
+        if [ "$t" = fp8 ] && [ "${FP8_BF16:-1}" = 1 ]; then
+            x=$(run_dsr1 "$f" --fp8-prefill bf16) && echo "dsr1 fp8-bf16 $x" >>"$RUNS" ||
+                say "dsr1 fp8 --fp8-prefill bf16 round $r failed"
         fi
         if [ -n "$LL" ]; then x=$(run_llama "$LL" "$g") && echo "llama $t $x" >>"$RUNS" || say "llama.cpp $q round $r failed"; fi
         if [ -n "$IK" ]; then x=$(run_llama "$IK" "$g" -mla 3 -fmoe 1) && echo "ik $t $x" >>"$RUNS" || say "ik_llama.cpp $q round $r failed"; fi
@@ -199,12 +201,12 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b == 0) p
         "llama.cpp ${LLAMA_SRC:-(not run)} ik_llama.cpp ${IK_SRC:-(not run)} (ik: -mla 3 -fmoe 1)"
     echo "LM heads: dsr1 int8/int4 INT8, fp8 ${FP8_HEAD:-int8}; GGUF Q8_0/Q4_0 Q8_0"
     printf '%-22s %8s %8s %8s %8s %8s\n' "tok/s" dsr1 llama ik dsr1/llama dsr1/ik
-    for t in $(echo " $TYPES " | sed 's/ fp8 / fp8 fp8-w8a8 /'); do
-        [ "$t" = fp8-w8a8 ] && [ "${W8A8:-1}" != 1 ] && continue
-        q=$(gguf_for "${t%-w8a8}")
+    for t in $(echo " $TYPES " | sed 's/ fp8 / fp8 fp8-bf16 /'); do
+        [ "$t" = fp8-bf16 ] && [ "${FP8_BF16:-1}" != 1 ] && continue
+        q=$(gguf_for "${t%-bf16}")
         for k in 3 4; do
             what=$([ $k = 3 ] && echo "pp$PP" || echo "tg$TG")
-            d=$(col dsr1 "$t" $k) l=$(col llama "${t%-w8a8}" $k) i=$(col ik "${t%-w8a8}" $k)
+            d=$(col dsr1 "$t" $k) l=$(col llama "${t%-bf16}" $k) i=$(col ik "${t%-bf16}" $k)
             printf '%-22s %8s %8s %8s %8s %8s\n' "$what $t vs $q" "$d" "$l" "$i" "$(ratio "$d" "$l")" "$(ratio "$d" "$i")"
         done
     done

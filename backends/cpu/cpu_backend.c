@@ -55,14 +55,14 @@ static int cpu_create(const dsr1_backend_options *o, void **out, dsr1_error *err
         return rc;
     }
     d->deterministic = o && o->deterministic;
-    d->fp8_w8a8 = !d->deterministic && o && o->fp8_w8a8;
+    d->fp8_w8a8 = !d->deterministic && !(o && o->fp8_bf16);
     d->fast_gemm = !d->deterministic && dsr1_dnnl_usable();
     d->mode = d->fast_gemm ? (dsr1_dnnl_has_amx() ? "fast: onednn amx prefill"
                               : d->fp8_w8a8 ? "fast: onednn avx512-bf16 prefill, fp8 w8a8"
-                                            : "fast: onednn avx512-bf16 prefill")
+                                            : "fast: onednn avx512-bf16 prefill, fp8 bf16")
               : o && o->deterministic ? "deterministic"
               : d->fp8_w8a8 ? "fast: fp8 w8a8, no onednn bf16 kernels here"
-                            : "fast: no onednn bf16 kernels here";
+                            : "fast: fp8 bf16, no onednn bf16 kernels here";
     *out = d;
     return 0;
 }

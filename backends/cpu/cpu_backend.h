@@ -47,7 +47,7 @@ typedef struct cpu_dev {
     dsr1_pool *pool;
     int deterministic;       /* --deterministic: batch-invariant kernels only */
     int fast_gemm;           /* not deterministic and oneDNN has bf16 kernels */
-    int fp8_w8a8;            /* --fp8-w8a8, not deterministic: DSR1_ACT_INT8_FAST */
+    int fp8_w8a8;            /* fast mode without --fp8-prefill bf16: DSR1_ACT_INT8_FAST */
     const char *mode;        /* the compute mode, for describe */
     struct dsr1_bweight *weights;
     char desc[192];
@@ -103,7 +103,7 @@ typedef struct cpu_ws {
     uint64_t numa_runs;      /* MoE calls run node by node (tests check the path ran) */
 } cpu_ws;
 
-/* The mode our kernels get: with --fp8-w8a8 (never with --deterministic)
+/* The mode our kernels get: in the fast mode (not with --fp8-prefill bf16)
  * the seam's INT8 becomes the fast INT8 (FP8 weights as W8A8 from
  * DSR1_MM_RQ_MIN_N tokens, kernels.h). Every seam op that passes an act
  * on starts here. */

@@ -66,13 +66,14 @@ int dsr1_pool_reserve(dsr1_pool *p, size_t bytes, dsr1_error *err);
 
 /* ---- matmul -------------------------------------------------------------- */
 
-/* The fast mode's DSR1_ACT_INT8 with --fp8-w8a8 (backend-internal: never
- * crosses the seam; the CPU backend turns the seam's INT8 into it):
- * the same, and FP8 weights with DSR1_MM_RQ_MIN_N tokens or more are
- * requantised on the fly to INT8 with one scale per row (within half a
- * step of what `dsr1 convert --type int8` writes for them:
- * dsr1_mm_fp8_requant_row, matmul_impl.h) and run W8A8. A token's result then depends on how many tokens share the
- * call, which only the fast mode allows. */
+/* The fast mode's DSR1_ACT_INT8 (backend-internal: never crosses the
+ * seam; the CPU backend turns the seam's INT8 into it unless told
+ * --fp8-prefill bf16): the same, and FP8 weights with DSR1_MM_RQ_MIN_N
+ * tokens or more are requantised on the fly to INT8 with a scale per row
+ * and 128-column block (dsr1_mm_fp8_requant_row, matmul_impl.h) and run
+ * W8A8 with x quantised per token and 128 columns: DeepSeek's own FP8
+ * granularity, in int8 instead of e4m3. A token's result then depends on
+ * how many tokens share the call, which only the fast mode allows. */
 #define DSR1_ACT_INT8_FAST ((dsr1_act)3)
 #define DSR1_MM_RQ_MIN_N 24
 

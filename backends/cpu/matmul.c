@@ -154,6 +154,26 @@ static void row_int8(const dsr1_mm_job *j, int64_t r)
     }
 }
 
+/* FP8 as W8A8 (matmul_impl.h): the requantised INT8 rows with a scale per
+ * block of DSR1_MM_XG columns, x with one per DSR1_MM_XG columns too. */
+static void row_int8_groups(const dsr1_mm_job *j, int64_t r)
+{
+    const dsr1_wmat *w = j->w;
+    const int8_t *q = (const int8_t *)w->data + r * w->cols;
+    const float *sw = w->scale; /* [rows][ldg]: the last group may be partial */
+    for (int t = 0; t < j->n; t++) {
+        const int8_t *xq = j->xq + t * j->ldxq;
+        float acc = 0.0f;
+        for (int64_t g = 0; g < j->ldg; g++) {
+            const int64_t c0 = g * DSR1_MM_XG, c1 = c0 + DSR1_MM_XG < w->cols ? c0 + DSR1_MM_XG : w->cols;
+            int32_t dot = 0;
+            for (int64_t c = c0; c < c1; c++) dot += (int32_t)q[c] * xq[c];
+            acc = fmaf((float)dot, sw[r * j->ldg + g] * j->xgs[t * j->ldg + g], acc);
+        }
+        j->y[t * j->ldy + r] = acc;
+    }
+}
+
 /* W4A8 (matmul_impl.h): per group the exact dot of the codes (q - 8)
  * with xq, then acc = fma((float)dot, s_w, acc) in group order. */
 static void row_int4(const dsr1_mm_job *j, int64_t r)
@@ -180,7 +200,9 @@ void dsr1_mm_rows_portable(const dsr1_mm_job *j, int64_t r0, int64_t r1)
 {
     float wbuf[DSR1_MM_KC_BF16]; /* one chunk of one row, dequantised */
     for (int64_t r = r0; r < r1; r++) {
-        if (j->act == DSR1_ACT_INT8 && j->w->type == DSR1_T_INT4)
+        if (j->xgs)
+            row_int8_groups(j, r);
+        else if (j->act == DSR1_ACT_INT8 && j->w->type == DSR1_T_INT4)
             row_int4(j, r);
         else if (j->act == DSR1_ACT_INT8)
             row_int8(j, r);
@@ -212,13 +234,17 @@ static int8_t rq_code(float v)
 void dsr1_mm_fp8_requant_row(const dsr1_wmat *w, int64_t r, int8_t *q, float *s)
 {
     const uint8_t *row = (const uint8_t *)w->data + r * w->cols;
-    float amax = 0.0f;
-    for (int64_t c = 0; c < w->cols; c++)
-        amax = fmaxf(amax, fp8_f32(row[c] & 0x7f) * fabsf(dsr1_wmat_scale(w, r, c)));
-    *s = amax / 127.0f;
-    for (int64_t c = 0; c < w->cols; c++) {
-        float f = *s > 0 ? dsr1_wmat_scale(w, r, c) / *s : 0.0f, v = fp8_f32(row[c] & 0x7f) * f;
-        q[c] = (int8_t)(row[c] & 0x80 ? -rq_code(v) : rq_code(v));
+    for (int64_t c0 = 0, k = 0; c0 < w->cols; c0 += w->group, k++) {
+        const int64_t c1 = c0 + w->group < w->cols ? c0 + w->group : w->cols;
+        const float bs = dsr1_wmat_scale(w, r, c0);
+        float amax = 0.0f;
+        for (int64_t c = c0; c < c1; c++) amax = fmaxf(amax, fp8_f32(row[c] & 0x7f) * fabsf(bs));
+        s[k] = amax / 127.0f;
+        const float f = s[k] > 0 ? bs / s[k] : 0.0f;
+        for (int64_t c = c0; c < c1; c++) {
+            const float v = fp8_f32(row[c] & 0x7f) * f;
+            q[c] = (int8_t)(row[c] & 0x80 ? -rq_code(v) : rq_code(v));
+        }
     }
 }
 
@@ -240,6 +266,24 @@ static void prep_bf16(dsr1_mm_job *j, uint16_t *xb, int avx)
     }
 }
 
+/* len values of x to int8 with one scale: amax/127, q = rint(x * (127/amax))
+ * clamped to +-127 (NaN and an all-zero span give 0), and the sum of q. */
+static void quant_span(const float *x, int64_t len, int8_t *o, float *scale, int32_t *sum)
+{
+    float amax = 0.0f;
+    for (int64_t c = 0; c < len; c++) amax = fmaxf(amax, fabsf(x[c]));
+    float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    int32_t s = 0;
+    for (int64_t c = 0; c < len; c++) {
+        float q = nearbyintf(x[c] * inv);
+        q = q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q;
+        o[c] = (int8_t)q;
+        s += o[c];
+    }
+    *scale = amax / 127.0f;
+    *sum = s;
+}
+
 static void prep_int8(dsr1_mm_job *j, int8_t *xq, float *xs, int32_t *xsum, int avx)
 {
     int64_t cols = j->w->cols;
@@ -251,22 +295,32 @@ static void prep_int8(dsr1_mm_job *j, int8_t *xq, float *xs, int32_t *xsum, int 
         return;
     }
     for (int t = 0; t < j->n; t++) {
-        const float *x = j->x + t * j->ldx;
         int8_t *o = xq + t * j->ldxq;
-        float amax = 0.0f;
-        for (int64_t c = 0; c < cols; c++) amax = fmaxf(amax, fabsf(x[c]));
-        float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-        int32_t sum = 0;
-        for (int64_t c = 0; c < cols; c++) {
-            float q = nearbyintf(x[c] * inv);
-            q = q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q;
-            o[c] = (int8_t)q;
-            sum += o[c];
-        }
+        quant_span(j->x + t * j->ldx, cols, o, xs + t, xsum + t);
         for (int64_t c = cols; c < j->ldxq; c++) o[c] = 0;
-        xs[t] = amax / 127.0f;
-        xsum[t] = sum;
     }
+}
+
+/* The same per DSR1_MM_XG columns (FP8 as W8A8, matmul_impl.h). */
+static void prep_int8_groups(dsr1_mm_job *j, int8_t *xq, float *xs, int32_t *xsum, int avx)
+{
+    const int64_t cols = j->w->cols;
+    j->xq = xq;
+    j->xgs = xs;
+    j->xgc = xsum;
+    if (avx) {
+        dsr1_mm_int8_groups_avx512(j->x, j->ldx, j->n, cols, xq, j->ldxq, xs, xsum, j->ldg);
+    } else {
+        for (int t = 0; t < j->n; t++) {
+            int8_t *o = xq + t * j->ldxq;
+            for (int64_t g = 0; g < j->ldg; g++) {
+                const int64_t c = g * DSR1_MM_XG, len = cols - c < DSR1_MM_XG ? cols - c : DSR1_MM_XG;
+                quant_span(j->x + t * j->ldx + c, len, o + c, xs + t * j->ldg + g, xsum + t * j->ldg + g);
+            }
+            for (int64_t c = cols; c < j->ldxq; c++) o[c] = 0;
+        }
+    }
+    for (int64_t i = 0; i < (int64_t)j->n * j->ldg; i++) xsum[i] *= -128;
 }
 
 /* W4A8's x for the AVX-512 kernel (xp, xg: matmul_impl.h), groups of
@@ -293,6 +347,7 @@ static size_t prep_bytes(const dsr1_mm_job *j)
 {
     if (j->act == DSR1_ACT_BF16 && j->w->type == DSR1_T_FP8_E4M3) return 0; /* x' per task */
     if (j->act == DSR1_ACT_BF16) return (size_t)j->n * (size_t)j->ldxb * 2;
+    if (j->rq) return int8_head_bytes(j) + (size_t)j->n * (size_t)j->ldg * 8;
     if (j->act == DSR1_ACT_INT8)
         return int8_head_bytes(j) +
                (j->w->type == DSR1_T_INT4 ? (size_t)j->n * ((size_t)j->ldxp + 4 * (size_t)j->ldxg) : 0);
@@ -307,6 +362,9 @@ static void prep(dsr1_mm_job *j, void *mem, int avx)
         return;
     } else if (j->act == DSR1_ACT_BF16) {
         prep_bf16(j, mem, avx);
+    } else if (j->rq) {
+        float *xs = (float *)((char *)mem + int8_head_bytes(j));
+        prep_int8_groups(j, mem, xs, (int32_t *)(xs + (size_t)j->n * (size_t)j->ldg), avx);
     } else if (j->act == DSR1_ACT_INT8) {
         int8_t *xq = mem;
         float *xs = (float *)(xq + (size_t)j->n * (size_t)j->ldxq);
@@ -336,16 +394,16 @@ static void run_rows(const mm_task *mt, const dsr1_mm_job *j, int64_t r0, int64_
         return;
     }
     float *sc = j->task_mem;
-    int8_t *q = (int8_t *)j->task_mem + DSR1_MM_RQ_ROWS * sizeof(float);
-    const int64_t cols = j->w->cols;
+    const int64_t cols = j->w->cols, ng = j->ldg;
+    int8_t *q = (int8_t *)j->task_mem + DSR1_MM_RQ_ROWS * ng * sizeof(float);
     for (int64_t r = r0; r < r1; r += DSR1_MM_RQ_ROWS) {
         int64_t pr = r1 - r < DSR1_MM_RQ_ROWS ? r1 - r : DSR1_MM_RQ_ROWS;
         for (int64_t a = 0; a < pr; a++) {
-            if (mt->avx) dsr1_mm_fp8_requant_row_avx512(j->w, r + a, q + a * cols, sc + a, j->vbmi);
-            else dsr1_mm_fp8_requant_row(j->w, r + a, q + a * cols, sc + a);
+            if (mt->avx) dsr1_mm_fp8_requant_row_avx512(j->w, r + a, q + a * cols, sc + a * ng, j->vbmi);
+            else dsr1_mm_fp8_requant_row(j->w, r + a, q + a * cols, sc + a * ng);
         }
         dsr1_wmat t = {.type = DSR1_T_INT8, .rows = pr, .cols = cols, .data = q, .scale = sc,
-                       .scale_type = DSR1_T_F32, .group = 0};
+                       .scale_type = DSR1_T_F32, .group = DSR1_MM_XG};
         dsr1_mm_job tj = *j;
         tj.w = &t;
         tj.y = j->y + r;
@@ -382,7 +440,7 @@ static dsr1_act effective_act(dsr1_act act, const dsr1_wmat *w, int n, int *rq)
     *rq = 0;
     if (act == DSR1_ACT_INT8_FAST) {
         if (w->type == DSR1_T_FP8_E4M3 && n >= DSR1_MM_RQ_MIN_N && w->cols % 64 == 0 &&
-            w->cols <= 65536 && w->group > 0 && w->scale_type == DSR1_T_F32) {
+            w->group == DSR1_MM_XG && w->scale_type == DSR1_T_F32) {
             *rq = 1;
             return DSR1_ACT_INT8;
         }
@@ -425,6 +483,7 @@ static void matmul_run(dsr1_pool *p, const dsr1_wmat *w, const dsr1_wmat *up, co
     j.ldxq = (w->cols + 63) & ~(int64_t)63;
     j.ldxp = (w->cols + 127) & ~(int64_t)127;
     j.ldxg = j.ldxp / 32;
+    j.ldg = (w->cols + DSR1_MM_XG - 1) / DSR1_MM_XG;
     /* FP8 in BF16 mode: x' of a scale block, all columns for up to 4
      * tokens (GEMV), else one chunk for a block of tokens. */
     if (j.act == DSR1_ACT_BF16 && w->type == DSR1_T_FP8_E4M3)
@@ -434,7 +493,7 @@ static void matmul_run(dsr1_pool *p, const dsr1_wmat *w, const dsr1_wmat *up, co
     else if (j.act == DSR1_ACT_BF16 && n > 4)
         j.task_bytes = DSR1_MM_BIG_BYTES; /* the big weight panel */
     else if (j.rq) /* the requantised rows: scales, codes */
-        j.task_bytes = DSR1_MM_RQ_ROWS * (sizeof(float) + (size_t)w->cols);
+        j.task_bytes = DSR1_MM_RQ_ROWS * ((size_t)j.ldg * sizeof(float) + (size_t)w->cols);
     j.task_bytes = (j.task_bytes + 63) & ~(size_t)63;
     int nth = dsr1_pool_size(p);
     int64_t per = task_rows(&j, nth);

@@ -1390,7 +1390,12 @@ static void rows_int8(const dsr1_mm_job *j, int64_t r0, int64_t r1)
 
 void dsr1_mm_rows_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1)
 {
-    if (j->act == DSR1_ACT_INT8 && j->w->type == DSR1_T_INT4)
+    if (j->xgs) { /* FP8 as W8A8: the rq jobs have the lanes kernel's shapes */
+        if (j->n >= I8L_MIN_N && j->w->cols % 64 == 0)
+            dsr1_mm_rows_int8g_lanes_avx512(j, r0, r1);
+        else
+            dsr1_mm_rows_portable(j, r0, r1);
+    } else if (j->act == DSR1_ACT_INT8 && j->w->type == DSR1_T_INT4)
         dsr1_mm_rows_w4a8_avx512(j, r0, r1); /* matmul_lanes_avx512.c */
     else if (j->act == DSR1_ACT_INT8)
         rows_int8(j, r0, r1);
@@ -1420,42 +1425,58 @@ void dsr1_mm_bf16_rows_avx512(const float *x, int64_t ldx, int n, int64_t cols, 
     }
 }
 
-/* W8A8 activations, token by token: amax of |x| (NaN ignored, as fmaxf
- * does: vmaxps returns its second operand when either is NaN), then
- * q = clamp(rint(x * (127/amax)), -127, 127) and the sum of q. The
- * products and the rounding (to nearest even) are prep_int8's exactly. */
+/* len values of src (zero from len up to padded, a multiple of 16) as int8
+ * with one scale: amax of |x| (NaN ignored, as fmaxf does: vmaxps returns
+ * its second operand when either is NaN), then q = clamp(rint(x * (127 /
+ * amax)), -127, 127) and the sum of q. The products and the rounding (to
+ * nearest even) are matmul.c's quant_span exactly. */
+static void quant_span_avx512(const float *src, int64_t len, int64_t padded, int8_t *o, float *scale,
+                              int32_t *sum_out)
+{
+    const __m512 lim = _mm512_set1_ps(127.0f), nlim = _mm512_set1_ps(-127.0f);
+    __m512 am = _mm512_setzero_ps();
+    for (int64_t c = 0; c < len; c += 16) {
+        __mmask16 m = len - c >= 16 ? 0xffff : (__mmask16)((1u << (len - c)) - 1);
+        am = _mm512_max_ps(_mm512_abs_ps(_mm512_maskz_loadu_ps(m, src + c)), am);
+    }
+    float amax = _mm512_reduce_max_ps(am);
+    float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    __m512 vinv = _mm512_set1_ps(inv);
+    __m512i sum = _mm512_setzero_si512();
+    for (int64_t c = 0; c < padded; c += 16) {
+        int64_t left = len - c;
+        __mmask16 m = left >= 16 ? 0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+        __m512 q = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, src + c), vinv),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        /* q > 127 ? 127 : q < -127 ? -127 : q, NaN kept (converts to 0
+         * below, as the scalar cast does on x86) */
+        q = _mm512_mask_mov_ps(q, _mm512_cmp_ps_mask(q, lim, _CMP_GT_OQ), lim);
+        q = _mm512_mask_mov_ps(q, _mm512_cmp_ps_mask(q, nlim, _CMP_LT_OQ), nlim);
+        __m512i qi = _mm512_cvttps_epi32(q);
+        _mm_storeu_si128((__m128i *)(o + c), _mm512_cvtepi32_epi8(qi));
+        sum = _mm512_add_epi32(sum, _mm512_cvtepi8_epi32(_mm512_cvtepi32_epi8(qi)));
+    }
+    *scale = amax / 127.0f;
+    *sum_out = _mm512_reduce_add_epi32(sum);
+}
+
+/* W8A8 activations, token by token (quant_span_avx512 over the row). */
 void dsr1_mm_int8_rows_avx512(const float *x, int64_t ldx, int n, int64_t cols, int8_t *xq,
                               int64_t ldxq, float *xs, int32_t *xsum)
 {
-    const __m512 lim = _mm512_set1_ps(127.0f), nlim = _mm512_set1_ps(-127.0f);
-    for (int t = 0; t < n; t++) {
-        const float *src = x + t * ldx;
-        int8_t *o = xq + t * ldxq;
-        __m512 am = _mm512_setzero_ps();
-        for (int64_t c = 0; c < cols; c += 16) {
-            __mmask16 m = cols - c >= 16 ? 0xffff : (__mmask16)((1u << (cols - c)) - 1);
-            am = _mm512_max_ps(_mm512_abs_ps(_mm512_maskz_loadu_ps(m, src + c)), am);
+    for (int t = 0; t < n; t++) quant_span_avx512(x + t * ldx, cols, ldxq, xq + t * ldxq, xs + t, xsum + t);
+}
+
+/* Per DSR1_MM_XG columns; the last group also zeroes the padding. */
+void dsr1_mm_int8_groups_avx512(const float *x, int64_t ldx, int n, int64_t cols, int8_t *xq,
+                                int64_t ldxq, float *xs, int32_t *xsum, int64_t ldg)
+{
+    for (int t = 0; t < n; t++)
+        for (int64_t g = 0; g < ldg; g++) {
+            const int64_t c = g * DSR1_MM_XG, len = cols - c < DSR1_MM_XG ? cols - c : DSR1_MM_XG;
+            quant_span_avx512(x + t * ldx + c, len, g == ldg - 1 ? ldxq - c : DSR1_MM_XG,
+                              xq + t * ldxq + c, xs + t * ldg + g, xsum + t * ldg + g);
         }
-        float amax = _mm512_reduce_max_ps(am);
-        float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-        __m512 vinv = _mm512_set1_ps(inv);
-        __m512i sum = _mm512_setzero_si512();
-        for (int64_t c = 0; c < ldxq; c += 16) {
-            int64_t left = cols - c;
-            __mmask16 m = left >= 16 ? 0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
-            __m512 q = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, src + c), vinv),
-                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-            /* q > 127 ? 127 : q < -127 ? -127 : q, NaN kept (converts to 0
-             * below, as the scalar cast does on x86) */
-            q = _mm512_mask_mov_ps(q, _mm512_cmp_ps_mask(q, lim, _CMP_GT_OQ), lim);
-            q = _mm512_mask_mov_ps(q, _mm512_cmp_ps_mask(q, nlim, _CMP_LT_OQ), nlim);
-            __m512i qi = _mm512_cvttps_epi32(q);
-            _mm_storeu_si128((__m128i *)(o + c), _mm512_cvtepi32_epi8(qi));
-            sum = _mm512_add_epi32(sum, _mm512_cvtepi8_epi32(_mm512_cvtepi32_epi8(qi)));
-        }
-        xs[t] = amax / 127.0f;
-        xsum[t] = _mm512_reduce_add_epi32(sum);
-    }
 }
 
 /* ---- peak ------------------------------------------------------------------------ */

@@ -36,6 +36,14 @@
  *                  y = acc * s_x. (Exact integer dots make the columns'
  *                  order inside a group free: the AVX-512 kernel puts rows
  *                  in lanes and reorders columns, matmul_avx512.c.)
+ *   FP8 as W8A8    (the fast INT8 mode's rq jobs, DSR1_ACT_INT8_FAST) the rows
+ *                  requantised to INT8 with one scale s_w[r] per row
+ *                  (dsr1_mm_fp8_requant_row), x quantised per token and
+ *                  DSR1_MM_XG columns (the last group may be shorter):
+ *                  s_x[t][g] = amax/127, q = rint(x * (127/amax)) as above;
+ *                  for each group in order the exact dot d of the codes,
+ *                  acc = fma((float)d, s_x[t][g], acc) from acc = 0,
+ *                  y = acc * s_w[r].
  */
 #ifndef DSR1_CPU_MATMUL_IMPL_H
 #define DSR1_CPU_MATMUL_IMPL_H
@@ -67,6 +75,11 @@ typedef struct dsr1_mm_job {
     int64_t ldxp;            /* multiple of 128 >= ldxq */
     const int32_t *xg;       /* with xp: [n][ldxg] -8 * xq's sum per scale group */
     int64_t ldxg;            /* ldxp / 32 */
+    const float *xgs;        /* FP8 as W8A8 (rq): [n][ldg] scale of x per DSR1_MM_XG
+                                columns; non-NULL selects that order (xs unused) */
+    const int32_t *xgc;      /* with xgs: [n][ldg] -128 x the sum of xq over each group
+                                (where the lanes kernel's +128 weights start a dot) */
+    int64_t ldg;             /* with xgs: groups per token, ceil(cols / DSR1_MM_XG) */
     float *y;                /* [n][ldy] output, rows columns written */
     int64_t ldy;
     void *task_mem;          /* this task's own scratch, task_bytes (64-aligned) */
@@ -75,7 +88,8 @@ typedef struct dsr1_mm_job {
                                 (dsr1_mm_vbmi_usable(), off for DSR1_MM_AVX512_NOVBMI) */
     int rq;                  /* FP8 weights run as INT8 (DSR1_ACT_INT8_FAST): each task
                                 requantises DSR1_MM_RQ_ROWS rows at a time into its
-                                task_mem and hands them to the INT8 kernels as a wmat */
+                                task_mem (codes, a scale per row and block) and runs
+                                them with x per 128 columns (xgs) */
 } dsr1_mm_job;
 
 /* Tokens per block of the FP8 BF16-mode x' buffer: task_mem holds
@@ -105,15 +119,22 @@ typedef enum {
 
 /* Rows requantised at a time (the W8A8 lanes kernel's chunk). */
 #define DSR1_MM_RQ_ROWS 32
+/* Columns per activation scale of FP8 as W8A8: DeepSeek's FP8 inference
+ * quantises activations per 128 columns too (its act_quant). One scale per
+ * token instead cost 5-10x the KL against float32 on the tiny models
+ * (README, FP8 prefill as W8A8). */
+#define DSR1_MM_XG 128
 
-/* FP8 row r of w as INT8 with one scale per row: s = amax / 127 with amax
- * = max |e4m3 value x block scale| over the row (float32 products; the NaN
- * codes count as +-480, dsr1_mm_fp8_bf16), and for each weight of block k
- * q = +-rint(|value| x f_k), f_k = scale_k / s (one float32 division per
- * block, so the AVX-512 one can look the 128 magnitudes up in a table),
- * ties to even, clamped to +-127, NaN 0; all 0 when s is not > 0. Within
- * half a step of what `dsr1 convert --type int8` writes for the row.
- * q holds w->cols bytes. The AVX-512 one gives the same bytes and scale. */
+/* FP8 row r of w as INT8 with a scale per block of w->group columns
+ * (DSR1_MM_XG, the FP8 block): s[k] = amax_k / 127 with amax_k = max
+ * |e4m3 value x block scale| over the row's block k (float32 products;
+ * the NaN codes count as +-480, dsr1_mm_fp8_bf16), and for each weight
+ * of the block q = +-rint(|value| x f_k), f_k = scale_k / s[k] (one
+ * float32 division per block, so the AVX-512 one can look the 128
+ * magnitudes up in a table), ties to even, clamped to +-127, NaN 0; the
+ * block all 0 when s[k] is not > 0. q holds w->cols bytes, s
+ * ceil(cols / group) floats. The AVX-512 one gives the same bytes and
+ * scales. */
 void dsr1_mm_fp8_requant_row(const dsr1_wmat *w, int64_t r, int8_t *q, float *s);
 void dsr1_mm_fp8_requant_row_avx512(const dsr1_wmat *w, int64_t r, int8_t *q, float *s, int vbmi);
 
@@ -124,6 +145,9 @@ void dsr1_mm_rows_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1);
  * with one scale per row for n >= 24 and columns a multiple of 64. */
 void dsr1_mm_rows_w4a8_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1);
 void dsr1_mm_rows_int8_lanes_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1);
+/* FP8 as W8A8's order (j->xgs set, INT8 weights with one scale per row,
+ * n >= 24, columns a multiple of 64). */
+void dsr1_mm_rows_int8g_lanes_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1);
 
 /* dsr1_matmul with the kernel chosen by the caller (tests compare them).
  * DSR1_MM_AVX512 on a CPU without it falls back to AUTO. */
@@ -140,6 +164,11 @@ void dsr1_mm_bf16_rows_avx512(const float *x, int64_t ldx, int n, int64_t cols, 
 void dsr1_mm_int8_rows_avx512(const float *x, int64_t ldx, int n, int64_t cols, int8_t *xq,
                               int64_t ldxq, float *xs, int32_t *xsum);
 
+/* The same per group of DSR1_MM_XG columns: xs[t * ldg + g], xsum[t * ldg
+ * + g] for g < ceil(cols / DSR1_MM_XG); matmul.c's prep_int8_groups'
+ * bytes, scales and sums. */
+void dsr1_mm_int8_groups_avx512(const float *x, int64_t ldx, int n, int64_t cols, int8_t *xq,
+                                int64_t ldxq, float *xs, int32_t *xsum, int64_t ldg);
 /* W4A8's x as the AVX-512 kernel reads it (group 32 or 128): xp = xq
  * with each 8 columns reordered 0,2,4,6,1,3,5,7, zero padded to ldxp;
  * xg[t][g] = -8 * sum of xq[t] over group g, ldxp / group of them. */

@@ -576,6 +576,111 @@ void dsr1_mm_rows_int8_lanes_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1
     }
 }
 
+/* FP8 as W8A8 (matmul_impl.h's order): the same panels and tiles, but W
+ * has a scale per row and DSR1_MM_XG columns (its block) and x one per token
+ * and DSR1_MM_XG columns, so each group's int32 accumulators start at -128
+ * x the group's sum of xq (j->xgc; the exact dot at the group's end) and go into
+ * float accumulators: one multiply of the rows' scales by the token's, one
+ * convert and one fma per 32 vpdpbusd. The float accumulators stay in
+ * memory between chunks (I8L_KC is whole groups); ws holds the chunk's
+ * weight scales as [group][32 rows]. */
+INLINE void mk_i8g(const int rv, const int nt, int64_t len, const uint8_t *p, const float *ws,
+                   const int8_t *xq, int64_t ldx, const float *xs, const int32_t *xc, int64_t ldg,
+                   float *facc)
+{
+    __m512 fa[2][I8L_NT];
+#pragma GCC unroll 2
+    for (int h = 0; h < rv; h++)
+#pragma GCC unroll 6
+        for (int b = 0; b < nt; b++) fa[h][b] = _mm512_load_ps(facc + b * 32 + h * 16);
+    for (int64_t g0 = 0, gi = 0; g0 < len; g0 += DSR1_MM_XG, gi++) {
+        const int64_t s1 = (len - g0 < DSR1_MM_XG ? len : g0 + DSR1_MM_XG) / 4;
+        __m512i acc[2][I8L_NT];
+#pragma GCC unroll 6
+        for (int b = 0; b < nt; b++) {
+            acc[0][b] = _mm512_set1_epi32(xc[b * ldg + gi]);
+            acc[1][b] = acc[0][b];
+        }
+        for (int64_t s = g0 / 4; s < s1; s++) {
+#pragma GCC unroll 2
+            for (int h = 0; h < rv; h++) {
+                const __m512i wv = _mm512_load_si512(p + (s * rv + h) * 64);
+#pragma GCC unroll 6
+                for (int b = 0; b < nt; b++) acc[h][b] = w4_dp(acc[h][b], wv, xq + b * ldx + 4 * s);
+            }
+        }
+#pragma GCC unroll 2
+        for (int h = 0; h < rv; h++) {
+            const __m512 wsv = _mm512_load_ps(ws + gi * 32 + h * 16);
+#pragma GCC unroll 6
+            for (int b = 0; b < nt; b++)
+                fa[h][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[h][b]),
+                                           _mm512_mul_ps(wsv, _mm512_set1_ps(xs[b * ldg + gi])), fa[h][b]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < rv; h++)
+#pragma GCC unroll 6
+        for (int b = 0; b < nt; b++) _mm512_store_ps(facc + b * 32 + h * 16, fa[h][b]);
+}
+
+#define I8G_NTS(rv_)                                                                      \
+    switch (nt) {                                                                         \
+    case 1: mk_i8g(rv_, 1, len, p, ws, xq, ldx, xs, xc, ldg, facc); break;              \
+    case 2: mk_i8g(rv_, 2, len, p, ws, xq, ldx, xs, xc, ldg, facc); break;              \
+    case 3: mk_i8g(rv_, 3, len, p, ws, xq, ldx, xs, xc, ldg, facc); break;              \
+    case 4: mk_i8g(rv_, 4, len, p, ws, xq, ldx, xs, xc, ldg, facc); break;              \
+    case 5: mk_i8g(rv_, 5, len, p, ws, xq, ldx, xs, xc, ldg, facc); break;              \
+    default: mk_i8g(rv_, 6, len, p, ws, xq, ldx, xs, xc, ldg, facc); break;             \
+    }
+
+static void tile_i8g(int rv, int nt, int64_t len, const uint8_t *p, const float *ws, const int8_t *xq,
+                     int64_t ldx, const float *xs, const int32_t *xc, int64_t ldg, float *facc)
+{
+    if (rv == 2) {
+        I8G_NTS(2)
+    } else {
+        I8G_NTS(1)
+    }
+}
+
+void dsr1_mm_rows_int8g_lanes_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1)
+{
+    const dsr1_wmat *w = j->w;
+    _Alignas(64) uint8_t codes[32 * I8L_KC];              /* the chunk's code panel, 16 KB */
+    _Alignas(64) float ws[I8L_KC / DSR1_MM_XG * 32];      /* its scales, [group][row] */
+    _Alignas(64) float facc[I8L_TB * 32];                 /* [token of the block][row] */
+    const float *sw = (const float *)w->scale;            /* [row][group] */
+    _Static_assert(I8L_KC % DSR1_MM_XG == 0, "a chunk is whole groups");
+    for (int64_t r = r0; r < r1; r += 32) {
+        const int pr = (int)(r1 - r < 32 ? r1 - r : 32), rv = pr > 16 ? 2 : 1;
+        for (int t0 = 0; t0 < j->n; t0 += I8L_TB) {
+            const int nb = j->n - t0 < I8L_TB ? j->n - t0 : I8L_TB;
+            memset(facc, 0, (size_t)nb * 32 * sizeof *facc);
+            for (int64_t c0 = 0; c0 < w->cols; c0 += I8L_KC) {
+                const int64_t len = w->cols - c0 < I8L_KC ? w->cols - c0 : I8L_KC;
+                i8l_panel(w, r, pr, rv, c0, len, codes);
+                for (int64_t gi = 0; gi * DSR1_MM_XG < len; gi++)
+                    for (int i = 0; i < 32; i++)
+                        ws[gi * 32 + i] = i < pr ? sw[(r + i) * j->ldg + c0 / DSR1_MM_XG + gi] : 0.0f;
+                for (int b0 = 0; b0 < nb; b0 += I8L_NT) {
+                    const int nt = nb - b0 < I8L_NT ? nb - b0 : I8L_NT;
+                    const int64_t xo = (t0 + b0) * j->ldg + c0 / DSR1_MM_XG;
+                    tile_i8g(rv, nt, len, codes, ws, j->xq + (t0 + b0) * j->ldxq + c0, j->ldxq,
+                             j->xgs + xo, j->xgc + xo, j->ldg, facc + b0 * 32);
+                }
+            }
+            for (int b = 0; b < nb; b++)
+                for (int h = 0; h < rv; h++) {
+                    const int ph = pr - 16 * h < 16 ? pr - 16 * h : 16;
+                    const __mmask16 m = ph >= 16 ? 0xffff : (__mmask16)((1u << ph) - 1);
+                    _mm512_mask_storeu_ps(j->y + (t0 + b) * j->ldy + r + 16 * h, m,
+                                          _mm512_load_ps(facc + b * 32 + h * 16));
+                }
+        }
+    }
+}
+
 /* ---- activations for W4A8 -------------------------------------------------------- */
 
 /* W4A8's x for the kernel above: xp[t] = xq[t] with each 8 columns in the
@@ -657,9 +762,10 @@ INLINE int64_t end_of(int64_t k, int64_t g, int64_t cols)
     return (k + 1) * g < cols ? (k + 1) * g : cols;
 }
 
-/* Same bytes and scale as the scalar dsr1_mm_fp8_requant_row (matmul.c).
- * amax comes from each block's largest magnitude code (e4m3 magnitudes
- * order as their codes), the codes from a 128-entry table per block: one
+/* Same bytes and scales as the scalar dsr1_mm_fp8_requant_row (matmul.c).
+ * A block's amax comes from its largest magnitude code (e4m3 magnitudes
+ * order as their codes; fmaxf(0, .) as the scalar's running fmaxf drops a
+ * NaN product), the codes from a 128-entry table per block: one
  * vpermi2b per 64 weights with VBMI, else a decode and a multiply per 16. */
 void dsr1_mm_fp8_requant_row_avx512(const dsr1_wmat *w, int64_t r, int8_t *q, float *s_out, int vbmi)
 {
@@ -677,7 +783,7 @@ void dsr1_mm_fp8_requant_row_avx512(const dsr1_wmat *w, int64_t r, int8_t *q, fl
                                          _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)));
     _Alignas(64) float vm[128];
     for (int i = 0; i < 8; i++) _mm512_store_ps(vm + 16 * i, val[i]);
-    float amax = 0.0f;
+    _Alignas(64) int8_t t[128];
     for (int64_t k = 0; k < ncb; k++) {
         __m512i m = _mm512_setzero_si512();
         for (int64_t c = k * g; c < end_of(k, g, cols); c += 64)
@@ -688,16 +794,12 @@ void dsr1_mm_fp8_requant_row_avx512(const dsr1_wmat *w, int64_t r, int8_t *q, fl
         x = _mm_max_epu8(x, _mm_srli_si128(x, 4));
         x = _mm_max_epu8(x, _mm_srli_si128(x, 2));
         x = _mm_max_epu8(x, _mm_srli_si128(x, 1));
-        amax = fmaxf(amax, vm[_mm_extract_epi8(x, 0)] * fabsf(bs[k]));
-    }
-    const float s = amax / 127.0f;
-    *s_out = s;
-    if (!(s > 0)) {
-        memset(q, 0, (size_t)cols);
-        return;
-    }
-    _Alignas(64) int8_t t[128];
-    for (int64_t k = 0; k < ncb; k++) {
+        const float s = fmaxf(0.0f, vm[_mm_extract_epi8(x, 0)] * fabsf(bs[k])) / 127.0f;
+        s_out[k] = s;
+        if (!(s > 0)) {
+            memset(q + k * g, 0, (size_t)(end_of(k, g, cols) - k * g));
+            continue;
+        }
         const float f = bs[k] / s;
         if (vbmi) {
             rq_table(val, f, t);
@@ -707,9 +809,9 @@ void dsr1_mm_fp8_requant_row_avx512(const dsr1_wmat *w, int64_t r, int8_t *q, fl
         const __m512 vf = _mm512_set1_ps(f), hi = _mm512_set1_ps(127.0f);
         for (int64_t c = k * g; c < end_of(k, g, cols); c += 16) {
             const __m128i b = _mm_loadu_si128((const __m128i *)(row + c));
-            const __m512 x = _mm512_mul_ps(fp8_f32x16(_mm_and_si128(b, _mm_set1_epi8(0x7f))), vf);
-            const __mmask16 ok = _mm512_cmp_ps_mask(x, x, _CMP_ORD_Q);
-            __m128i v = _mm512_cvtepi32_epi8(_mm512_maskz_cvtps_epi32(ok, _mm512_min_ps(x, hi)));
+            const __m512 y = _mm512_mul_ps(fp8_f32x16(_mm_and_si128(b, _mm_set1_epi8(0x7f))), vf);
+            const __mmask16 ok = _mm512_cmp_ps_mask(y, y, _CMP_ORD_Q);
+            __m128i v = _mm512_cvtepi32_epi8(_mm512_maskz_cvtps_epi32(ok, _mm512_min_ps(y, hi)));
             v = _mm_mask_sub_epi8(v, _mm_movepi8_mask(b), _mm_setzero_si128(), v);
             _mm_storeu_si128((__m128i *)(q + c), v);
         }

@@ -8,9 +8,9 @@
 #   get_weather call parsed by dsr1), and drafts accepted;
 # - the same results, token for token, with speculation off, adaptive (on
 #   this head-dominated model it decodes plainly), -j 1 and -j 16;
-# - INT4, INT8 and BF16 files, the FP8 KV cache and --fp8-w8a8: correct
-#   (INT4 in the fast mode runs W4A8 on the CPU backend, and the model line
-#   says so; so does --fp8-w8a8's, unless --deterministic).
+# - INT4, INT8 and BF16 files, the FP8 KV cache and --fp8-prefill bf16:
+#   correct (INT4 in the fast mode runs W4A8 on the CPU backend, and the
+#   model line says so; so does FP8's W8A8, unless --deterministic).
 set -u
 command -v python3 >/dev/null || { echo "python3 not installed"; exit 77; }
 . tests/e2e/lib/tiny_r1.sh
@@ -32,18 +32,23 @@ ev "$R1M" $S --same-as "$B" -- -j 1
 ev "$R1M" $S --same-as "$B" -- -j 16
 echo "FP8 KV cache:"
 ev "$R1M" $S -- --kv-type fp8
-# --fp8-w8a8 (run and chat take it through the shared generation flags):
-# the prompts' prefills of 24+ tokens run W8A8 and the answers stay right;
-# the model line says so, and --deterministic turns it off
-echo "FP8 --fp8-w8a8:"
-ev "$R1M" $S -- --fp8-w8a8
-echo "What is 47 + 85?" | "$DSR1" chat -m "$R1M" --temperature 0 --fp8-w8a8 >"$TMPDIR/wc" 2>"$TMPDIR/we"
+# --fp8-prefill (run and chat take it through the shared generation
+# flags): the runs above had the prompts' prefills of 24+ tokens in W8A8
+# (the default); bf16 answers right too; the model line says which, and
+# --deterministic is never W8A8
+echo "FP8 --fp8-prefill bf16:"
+ev "$R1M" $S -- --fp8-prefill bf16
+echo "What is 47 + 85?" | "$DSR1" chat -m "$R1M" --temperature 0 >"$TMPDIR/wc" 2>"$TMPDIR/we"
 grep -q "fp8 w8a8" "$TMPDIR/we" && grep -q "47 + 85 = 132" "$TMPDIR/wc" ||
-    { echo "FAIL: chat --fp8-w8a8"; cat "$TMPDIR/we" "$TMPDIR/wc"; fail=1; }
-echo "What is 47 + 85?" | "$DSR1" chat -m "$R1M" --temperature 0 --fp8-w8a8 --deterministic \
+    { echo "FAIL: chat (fp8 w8a8)"; cat "$TMPDIR/we" "$TMPDIR/wc"; fail=1; }
+echo "What is 47 + 85?" | "$DSR1" chat -m "$R1M" --temperature 0 --fp8-prefill bf16 >"$TMPDIR/wc" \
+    2>"$TMPDIR/we"
+grep -q "fp8 bf16" "$TMPDIR/we" && grep -q "47 + 85 = 132" "$TMPDIR/wc" ||
+    { echo "FAIL: chat --fp8-prefill bf16"; cat "$TMPDIR/we" "$TMPDIR/wc"; fail=1; }
+echo "What is 47 + 85?" | "$DSR1" chat -m "$R1M" --temperature 0 --fp8-prefill w8a8 --deterministic \
     >/dev/null 2>"$TMPDIR/we"
 grep -q "deterministic" "$TMPDIR/we" && ! grep -q "w8a8" "$TMPDIR/we" ||
-    { echo "FAIL: chat --fp8-w8a8 --deterministic"; cat "$TMPDIR/we"; fail=1; }
+    { echo "FAIL: chat --fp8-prefill w8a8 --deterministic"; cat "$TMPDIR/we"; fail=1; }
 for t in int4 int8 bf16; do
     tiny_r1_type $t
     echo "type $t:"
