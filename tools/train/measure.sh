@@ -50,6 +50,7 @@ for t in fp8 bf16 int8 int4; do
 done
 ev fp8 --same-as "$W/fp8.base.jsonl" -- -j 16
 ev fp8 -- --kv-type fp8 -j 16
+ev fp8 -- --fp8-prefill bf16 -j 16
 say
 say "## dsr1 eval against the f32 path (held-out conversations, seed 5)"
 python3 - "$W/conv.jsonl" <<'PY'
@@ -73,6 +74,10 @@ $D eval -m "$W/fp8.dsr1" --prompts "$W/conv.jsonl" --n 512 --kv-type fp8 --json 
 import json, sys
 r = json.load(sys.stdin)
 print("fp8 + fp8 KV: top-1 %.2f%%, KL mean %.3g max %.3g nats" % (100 * r["top1_agree"], r["kl_mean"], r["kl_max"]))' | tee -a "$OUT"
+$D eval -m "$W/fp8.dsr1" --prompts "$W/conv.jsonl" --n 512 --fp8-prefill bf16 --json | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+print("fp8 --fp8-prefill bf16: top-1 %.2f%%, KL mean %.3g max %.3g nats" % (100 * r["top1_agree"], r["kl_mean"], r["kl_max"]))' | tee -a "$OUT"
 for t in bf16 int8 int4; do
     $D eval -m "$W/$t.dsr1" --ref "$W/fp8.dsr1" --prompts "$W/conv.jsonl" --n 512 --json | python3 -c '
 import json, sys
