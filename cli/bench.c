@@ -202,7 +202,9 @@ static double time_matmul(dsr1_pool *pool, dsr1_dnnl *dn, const bench_mat *m, co
     return best;
 }
 
-static const char *act_names[] = {"f32", "bf16", "int8", "onednn"};
+/* act columns: dsr1_act values 0-2, then DSR1_ACT_INT8_FAST (FP8 as W8A8,
+ * the fast mode's prefill), then the oneDNN path */
+static const char *act_names[] = {"f32", "bf16", "int8", "w8a8", "onednn"};
 
 typedef struct kernel_opts {
     int threads, quick;
@@ -285,7 +287,7 @@ static void kernel_line(dsr1_pool *pool, dsr1_dnnl *dn, const bench_mat *m, cons
                         const double peak[3])
 {
     double s = time_matmul(pool, dn, m, x, y, n, act, o->quick ? 0.05 : 0.4);
-    const char *name = act_names[dn ? 3 : act];
+    const char *name = act_names[dn ? 4 : act];
     if (s < 0) {
         printf("%-5s %-6s %4d  (oneDNN has no fast kernel for this shape)\n",
                dsr1_type_name(m->w.type), name, n);
@@ -293,7 +295,7 @@ static void kernel_line(dsr1_pool *pool, dsr1_dnnl *dn, const bench_mat *m, cons
     }
     double gbs = (double)m->bytes / s / 1e9;
     double gflops = 2.0 * (double)m->w.rows * (double)m->w.cols * n / s / 1e9;
-    double pk = peak[dn ? DSR1_ACT_BF16 : act];
+    double pk = peak[dn ? DSR1_ACT_BF16 : act == DSR1_ACT_INT8_FAST ? DSR1_ACT_INT8 : act];
     printf("%-5s %-6s %4d %10.3f %9.1f %9.1f %7.0f%% %6.0f%%\n", dsr1_type_name(m->w.type), name, n,
            s * 1e3, gbs, gflops, 100.0 * gbs / membw, pk > 0 ? 100.0 * gflops / pk : 0.0);
     fflush(stdout);
@@ -345,6 +347,11 @@ static int bench_kernels(int argc, char **argv)
             dsr1_act fast = a8 ? DSR1_ACT_INT8 : DSR1_ACT_BF16;
             kernel_line(pool, NULL, &m, x, y, 1, DSR1_ACT_F32, &o, membw, peak);
             for (int i = 0; i < o.n_ns; i++) kernel_line(pool, NULL, &m, x, y, o.ns[i], fast, &o, membw, peak);
+            /* FP8 in the fast mode: W8A8 from DSR1_MM_RQ_MIN_N tokens (the
+             * BF16 line's kernels below that, as in a model) */
+            for (int i = 0; i < o.n_ns && o.types[ti] == DSR1_T_FP8_E4M3; i++)
+                if (o.ns[i] > 4)
+                    kernel_line(pool, NULL, &m, x, y, o.ns[i], DSR1_ACT_INT8_FAST, &o, membw, peak);
             /* the fast mode's prefill GEMM, at the sizes it may take */
             for (int i = 0; i < o.n_ns && dn; i++)
                 if (o.ns[i] >= 16) kernel_line(pool, dn, &m, x, y, o.ns[i], fast, &o, membw, peak);

@@ -176,7 +176,7 @@ static void fast_matches(dsr1_test_ctx *t, dsr1_pool *pool, const tmat *m, const
 
 DSR1_TEST(fp8_rq_matmul_is_w8a8_on_requantised)
 {
-    static const int ns[] = {1, 5, 23, 24, 64, 300};
+    static const int ns[] = {1, 5, DSR1_MM_RQ_MIN_N - 1, DSR1_MM_RQ_MIN_N, 64, 300};
     static const int64_t shapes[][2] = {{37, 192}, {70, 4160}, {130, 320}, {33, 301}};
     dsr1_pool *pool = NULL;
     dsr1_error err = {0};

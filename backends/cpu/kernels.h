@@ -75,7 +75,15 @@ int dsr1_pool_reserve(dsr1_pool *p, size_t bytes, dsr1_error *err);
  * granularity, in int8 instead of e4m3. A token's result then depends on
  * how many tokens share the call, which only the fast mode allows. */
 #define DSR1_ACT_INT8_FAST ((dsr1_act)3)
-#define DSR1_MM_RQ_MIN_N 24
+/* Below this the requantisation is not paid back: `dsr1 bench kernels
+ * --type fp8 --n 32,40,48,64` on the expert shapes 2048x7168 and 7168x2048,
+ * Zen 4, 2 threads, two runs: W8A8 took 1.19-1.24x bf16's time at 32
+ * tokens (once 0.94x), 0.95-1.14x at 40, 0.85-1.09x at 48, 0.79-0.85x at
+ * 64, 0.54x at 512. End to end (prefill 512, R1 shapes with 32 or 128
+ * experts) 24 and 48 measured the same; 48 keeps more in bf16, closer
+ * to float32. R1's experts see about 16 tokens each of a 512-token
+ * chunk, so most of them stay in bf16 either way. */
+#define DSR1_MM_RQ_MIN_N 48
 
 /* y = x W^T as described above, using the fastest kernel for this CPU. */
 void dsr1_matmul(dsr1_pool *p, const dsr1_wmat *w, const float *x, int64_t ldx,

@@ -5,11 +5,14 @@
 set -u
 fail=0
 "$DSR1" bench kernels --quick >"$TMPDIR/k" 2>"$TMPDIR/e" || { echo "FAIL: bench kernels exit"; cat "$TMPDIR/e"; fail=1; }
-# 4 weight types x (f32 n=1, fast n=1, fast n=4, fast n=16): 16 rows of our
-# kernels, each with a positive time, GB/s and GFLOP/s; where oneDNN has
-# bf16 kernels, also one "onednn" row per type at n=16 (matmul_dnnl.c).
+# 4 weight types x (f32 n=1, fast n=1, fast n=4, fast n=16) and FP8's fast
+# mode as W8A8 at n=16: 17 rows of our kernels, each with a positive time,
+# GB/s and GFLOP/s; where oneDNN has bf16 kernels, also one "onednn" row
+# per type at n=16 (matmul_dnnl.c).
 rows=$(awk '$1 ~ /^(fp8|int8|int4|bf16)$/ && $2 != "onednn" && $4 > 0 && $5 > 0 && $6 > 0' "$TMPDIR/k" | wc -l)
-[ "$rows" -eq 16 ] || { echo "FAIL: expected 16 kernel rows, got $rows:"; cat "$TMPDIR/k"; fail=1; }
+[ "$rows" -eq 17 ] || { echo "FAIL: expected 17 kernel rows, got $rows:"; cat "$TMPDIR/k"; fail=1; }
+awk '$1 == "fp8" && $2 == "w8a8" && $3 == 16 { f = 1 } END { exit !f }' "$TMPDIR/k" ||
+    { echo "FAIL: no FP8 W8A8 row"; fail=1; }
 dn=$(awk '$2 == "onednn" && $4 > 0 && $5 > 0 && $6 > 0' "$TMPDIR/k" | wc -l)
 [ "$dn" -eq 0 ] || [ "$dn" -eq 4 ] || { echo "FAIL: expected 0 or 4 onednn rows, got $dn"; fail=1; }
 grep -q '^int8  int8 ' "$TMPDIR/k" || { echo "FAIL: no W8A8 row"; fail=1; }
