@@ -215,7 +215,10 @@ static int pages_op(const void *addr, size_t len, int node, size_t *on_node, siz
         for (; a < end && cnt < PAGE_BATCH; a += ps, cnt++) {
             batch[cnt] = (void *)a;
             nodes[cnt] = want;
-            if (node >= 0) (void)*(volatile const char *)a; /* present before moving */
+            /* present before moving: touch the page's first byte of the
+             * range (the first page starts before addr when addr is not
+             * page-aligned, and those bytes are not the caller's) */
+            if (node >= 0) (void)*(volatile const char *)(a < (uintptr_t)addr ? (uintptr_t)addr : a);
         }
         long rc = move_pages(0, cnt, batch, node >= 0 ? nodes : NULL, status, MPOL_MF_MOVE);
         if (rc < 0)

@@ -66,6 +66,7 @@ while [ "$(screen | grep -c 'max_tokens reached')" -lt 3 ] && [ $i -lt 200 ]; do
     i=$((i + 1))
 done
 sleep 0.3
+wait_prompt
 send C-d
 wait_for 'EXITED 0'
 exit $fail

@@ -50,6 +50,7 @@ for w in 40 100; do
     sleep 0.3
     n=$(screen | grep -c 'thinking: ')
     [ "$n" -eq 0 ] || { bad "width $w: $n 'thinking:' rows left behind"; screen | tail -n 8; }
+    wait_prompt
     send C-d
     wait_for 'EXITED 0'
 done
@@ -70,6 +71,7 @@ wait_for 'does not fit the context of 64'
 screen | grep -c 'fills the context of 64 tokens' | grep -q 2 || bad "no hint after a prompt too long"
 send "/reset" Enter
 wait_for 'conversation cleared'
+wait_prompt
 send C-d
 wait_for 'EXITED 0'
 [ -f "$X/dsr1/chat_history" ] || bad "history not kept in a new directory"

@@ -72,6 +72,7 @@ send "/load $TMPDIR/conv.chat" Enter
 wait_for 'messages and their KV cache'
 send "/think hide" Enter "/set max_tokens 4" Enter "Again?" Enter
 wait_for 'reasoning did not finish: 4 tokens'
+wait_prompt
 send C-d
 wait_for 'EXITED 0'
 # Colour by default on a terminal; none with NO_COLOR.

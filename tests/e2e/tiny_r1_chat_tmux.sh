@@ -26,6 +26,7 @@ screen | grep -q '^Units: 7 + 5 = 12, write 2 carry 1\.' || bad "reasoning not s
 screen | grep -q '^47 + 85 = 132\.$' || bad "wrong sum"
 send 'Which is larger, 61 or 16?' Enter
 wait_for '^[0-9]* is larger than [0-9]*\.$'
+wait_prompt
 send C-d
 wait_for 'EXITED 0'
 echo "---- terminal recording (tmux capture) ----"

@@ -22,3 +22,18 @@ wait_for() {
     screen | tail -n 15
     return 1
 }
+# wait_prompt [seconds]: wait until the last line is chat's prompt again.
+# A Ctrl-D typed while a turn is still generating reaches a terminal in
+# canonical mode, where it is an empty line's end, not a byte: libedit never
+# sees it, so the tests send it only at the prompt.
+wait_prompt() {
+    _i=0
+    while [ $_i -lt $((${1:-30} * 10)) ]; do
+        screen | tail -n 1 | grep -q '^>>>' && return 0
+        sleep 0.1
+        _i=$((_i + 1))
+    done
+    bad "timed out waiting for the prompt"
+    screen | tail -n 15
+    return 1
+}
