@@ -170,8 +170,9 @@ static int read_head(zreader *z, const char *path, size_t max_json, char **buf, 
 static int kv_size(const cJSON *h, const char *path, size_t max_kv, size_t *out, dsr1_error *err)
 {
     const cJSON *kb = cJSON_GetObjectItemCaseSensitive(h, "kv_bytes");
+    /* range first: converting inf or 1e300 to an integer is undefined */
     if (!cJSON_IsObject(h) || !cJSON_IsNumber(kb) || !(kb->valuedouble >= 0) ||
-        kb->valuedouble != (double)(uint64_t)kb->valuedouble || kb->valuedouble > 1e18)
+        kb->valuedouble > 1e18 || kb->valuedouble != (double)(uint64_t)kb->valuedouble)
         return dsr1_errorf(err, DSR1_EFORMAT, "%s: not a dsr1 chat save (header)", path);
     if (kb->valuedouble > (double)max_kv)
         return dsr1_errorf(err, DSR1_ERANGE, "%s: %.0f KV bytes, more than this context can hold "

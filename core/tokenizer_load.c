@@ -167,7 +167,7 @@ static int load_vocab(dsr1_tokenizer *tk, const cJSON *vocab, const cJSON *added
     size_t total = 0;
     const cJSON *it;
     cJSON_ArrayForEach(it, vocab) {
-        if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > 1e8 ||
+        if (!cJSON_IsNumber(it) || !(it->valuedouble >= 0) || it->valuedouble > 1e8 ||
             it->valuedouble != (int)it->valuedouble)
             return dsr1_errorf(err, DSR1_EFORMAT, "%s: model.vocab[\"%.40s\"]: expected an id",
                                what, it->string);
