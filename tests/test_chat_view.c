@@ -9,6 +9,7 @@
  */
 #include <fcntl.h>
 #include <locale.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -63,9 +64,19 @@ static int narrowed_up(dsr1_test_ctx *t, const char *reasoning, int from, int to
     set_cols(s, to);
     dsr1_chat_view_end(&v, NULL);
     fflush(f);
-    ssize_t n = read(m, seen, cap - 1);
-    seen[n > 0 ? n : 0] = 0;
     fclose(f);
+    /* A pty hands the slave's writes to the master through a kernel work
+     * queue, so one read right after the write can return part of them
+     * (CI once saw no erase at all). Read until the closed slave's end
+     * (EIO) or a quiet second. */
+    size_t got = 0;
+    struct pollfd pf = {.fd = m, .events = POLLIN};
+    while (got < cap - 1 && poll(&pf, 1, 1000) > 0) {
+        ssize_t n = read(m, seen + got, cap - 1 - got);
+        if (n <= 0) break;
+        got += (size_t)n;
+    }
+    seen[got] = 0;
     close(m);
     return last_up(seen);
 }
