@@ -46,10 +46,10 @@ typedef struct dsr1_model_options {
      * mode (the CPU runs large prefill matmuls through oneDNN; results
      * then differ by bf16 rounding between batch shapes). */
     int deterministic;
-    /* The fast mode runs FP8 weights in matmuls of 48 tokens or more
+    /* The fast mode runs FP8 weights in matmuls of 24 tokens or more
      * (prefill) as W8A8: each row requantised to INT8 on the fly with a
      * scale per 128-column block, x quantised per token and 128 columns
-     * (DeepSeek's FP8 granularity), 1.6x the bf16 FP8 prefill on an AVX-512
+     * (DeepSeek's FP8 granularity), 1.7x the bf16 FP8 prefill on an AVX-512
      * CPU without AMX, at an INT8 file's distance from float32 (dsr1(1)).
      * Non-zero: keep them bf16 (--fp8-prefill bf16). --deterministic
      * always does. */

@@ -100,6 +100,14 @@ DSR1_TEST(fp8_rq_avx512_matches_scalar)
 {
     if (!dsr1_mm_avx512_usable())
         DSR1_SKIP("no AVX-512 BF16/VNNI kernels on this CPU: %s", "only the scalar requantisation runs");
+    /* the tables: the AVX-512 fill makes the scalar one's bytes */
+    dsr1_mm_rq_tab *ts = aligned_alloc(64, sizeof *ts), *ta = aligned_alloc(64, sizeof *ta);
+    memset(ta, 0x55, sizeof *ta);
+    dsr1_mm_fp8_rq_tab_fill(ts);
+    dsr1_mm_fp8_rq_tab_fill_avx512(ta);
+    CHECKF(!memcmp(ts, ta, sizeof *ts), "requantisation tables: AVX-512 fill differs from scalar");
+    for (int top = 1; top < 128; top++)
+        CHECKF(ts->code[top][top] == 127, "table %d: its own code gives %d, want 127", top, ts->code[top][top]);
     static const int64_t shapes[][2] = {{140, 192}, {9, 7168}, {130, 320}};
     for (int si = 0; si < 3; si++) {
         int64_t rows = shapes[si][0], cols = shapes[si][1], ncb = (cols + 127) / 128;
@@ -112,6 +120,7 @@ DSR1_TEST(fp8_rq_avx512_matches_scalar)
         sc[1] = 0.0f;                                     /* block (0, 1): zero scale */
         if (ncb > 2) sc[2] = 3e38f;                       /* huge: products overflow */
         if (rows > 128) sc[ncb] = NAN;                    /* block (1, 0) */
+        if (ncb > 1) sc[ncb - 1] = -sc[ncb - 1];          /* a negative scale */
         int8_t *qs = malloc((size_t)cols), *qa = malloc((size_t)cols);
         float *ss = malloc((size_t)ncb * 4), *sa = malloc((size_t)ncb * 4);
         int bad = 0, far = 0, noedge = 0;
@@ -120,7 +129,7 @@ DSR1_TEST(fp8_rq_avx512_matches_scalar)
             for (int vbmi = 0; vbmi <= dsr1_mm_vbmi_usable(); vbmi++) {
                 memset(qa, 0x55, (size_t)cols);
                 memset(sa, 0x55, (size_t)ncb * 4);
-                dsr1_mm_fp8_requant_row_avx512(&m.w, r, qa, sa, vbmi);
+                dsr1_mm_fp8_requant_row_avx512(&m.w, r, qa, sa, ta, vbmi);
                 bad += memcmp(qs, qa, (size_t)cols) != 0 || memcmp(ss, sa, (size_t)ncb * 4) != 0;
             }
             /* what matmul_impl.h promises, for finite products */
@@ -147,6 +156,8 @@ DSR1_TEST(fp8_rq_avx512_matches_scalar)
         free(sa);
         dsr1_test_mat_free(&m);
     }
+    free(ts);
+    free(ta);
 }
 
 /* y of the fast INT8 mode on FP8 against what it must equal: W8A8 on the

@@ -75,15 +75,18 @@ int dsr1_pool_reserve(dsr1_pool *p, size_t bytes, dsr1_error *err);
  * granularity, in int8 instead of e4m3. A token's result then depends on
  * how many tokens share the call, which only the fast mode allows. */
 #define DSR1_ACT_INT8_FAST ((dsr1_act)3)
-/* Below this the requantisation is not paid back: `dsr1 bench kernels
- * --type fp8 --n 32,40,48,64` on the expert shapes 2048x7168 and 7168x2048,
- * Zen 4, 2 threads, two runs: W8A8 took 1.19-1.24x bf16's time at 32
- * tokens (once 0.94x), 0.95-1.14x at 40, 0.85-1.09x at 48, 0.79-0.85x at
- * 64, 0.54x at 512. End to end (prefill 512, R1 shapes with 32 or 128
- * experts) 24 and 48 measured the same; 48 keeps more in bf16, closer
- * to float32. R1's experts see about 16 tokens each of a 512-token
- * chunk, so most of them stay in bf16 either way. */
-#define DSR1_MM_RQ_MIN_N 48
+/* Below this the requantisation is not paid back, and the grouped lanes
+ * kernel starts here too (I8L_MIN_N in matmul_avx512.c). With the
+ * requantisation by tables (5.5x its speed before), `dsr1 bench kernels
+ * --type fp8 --n 24,32,40,48` on the expert shapes 2048x7168 and
+ * 7168x2048, Zen 4, 2 threads, two runs with the threshold lowered:
+ * W8A8 took 0.77-0.89x bf16's time at 24 tokens, 0.72-0.80x at 32,
+ * 0.67-0.77x at 40, 0.65-0.71x at 48; at 16 and 20 it was as often slower
+ * as faster. 24 also measured closer to float32 than 48 on tiny-r1 (dsr1
+ * eval KL mean 4.1e-3 against 4.5e-3), and R1's experts see about 16
+ * tokens each of a 512-token chunk, so the lower start reaches more of
+ * them. (Before the tables: 1.19-1.24x at 32 tokens, 0.85-1.09x at 48.) */
+#define DSR1_MM_RQ_MIN_N 24
 
 /* y = x W^T as described above, using the fastest kernel for this CPU. */
 void dsr1_matmul(dsr1_pool *p, const dsr1_wmat *w, const float *x, int64_t ldx,

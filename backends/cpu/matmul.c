@@ -223,12 +223,16 @@ static float fp8_f32(uint8_t b)
     return f;
 }
 
-/* One requantised code: rint(v) (ties to even) clamped to +-127, NaN 0. */
-static int8_t rq_code(float v)
+/* rint(127 v / m), ties to even, for e4m3 values 0 <= v <= m, m > 0: the
+ * double quotient of these short mantissas is exact where it is a tie
+ * (x.5), so ties go to even as in exact arithmetic. A float multiply by
+ * 127 / m decides them by that factor's rounding instead, the same way for
+ * every block whose largest code is m: tiny-r1's eval measured that bias
+ * (top-1 98.43% against 99.14%, KL 6.3e-3 against 4.7e-3). */
+static int8_t rq_ratio(float v, float m)
 {
-    if (v != v) return 0;
-    v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
-    return (int8_t)rintf(v);
+    double q = nearbyint(127.0 * (double)v / (double)m);
+    return (int8_t)(q > 127 ? 127 : q);
 }
 
 void dsr1_mm_fp8_requant_row(const dsr1_wmat *w, int64_t r, int8_t *q, float *s)
@@ -237,15 +241,28 @@ void dsr1_mm_fp8_requant_row(const dsr1_wmat *w, int64_t r, int8_t *q, float *s)
     for (int64_t c0 = 0, k = 0; c0 < w->cols; c0 += w->group, k++) {
         const int64_t c1 = c0 + w->group < w->cols ? c0 + w->group : w->cols;
         const float bs = dsr1_wmat_scale(w, r, c0);
-        float amax = 0.0f;
-        for (int64_t c = c0; c < c1; c++) amax = fmaxf(amax, fp8_f32(row[c] & 0x7f) * fabsf(bs));
-        s[k] = amax / 127.0f;
-        const float f = s[k] > 0 ? bs / s[k] : 0.0f;
+        int top = 0; /* magnitudes order as their codes */
+        for (int64_t c = c0; c < c1; c++) top = (row[c] & 0x7f) > top ? row[c] & 0x7f : top;
+        s[k] = fmaxf(0.0f, fp8_f32((uint8_t)top) * fabsf(bs)) / 127.0f;
+        if (!(s[k] > 0)) {
+            memset(q + c0, 0, (size_t)(c1 - c0));
+            continue;
+        }
+        const float m = fp8_f32((uint8_t)top);
+        const int neg = bs < 0;
         for (int64_t c = c0; c < c1; c++) {
-            const float v = fp8_f32(row[c] & 0x7f) * f;
-            q[c] = (int8_t)(row[c] & 0x80 ? -rq_code(v) : rq_code(v));
+            const int8_t v = rq_ratio(fp8_f32(row[c] & 0x7f), m);
+            q[c] = (int8_t)((row[c] >> 7) ^ neg ? -v : v);
         }
     }
+}
+
+void dsr1_mm_fp8_rq_tab_fill(dsr1_mm_rq_tab *t)
+{
+    for (int m = 0; m < 128; m++) t->value[m] = fp8_f32((uint8_t)m);
+    memset(t->code[0], 0, sizeof t->code[0]);
+    for (int top = 1; top < 128; top++)
+        for (int m = 0; m < 128; m++) t->code[top][m] = rq_ratio(t->value[m], t->value[top]);
 }
 
 /* ---- preparing the activations -------------------------------------------- */
@@ -343,11 +360,17 @@ static size_t int8_head_bytes(const dsr1_mm_job *j)
     return (b + 63) & ~(size_t)63;
 }
 
+/* Where an rq job's tables start: after x's codes, scales and sums. */
+static size_t rq_tab_offset(const dsr1_mm_job *j)
+{
+    return (int8_head_bytes(j) + (size_t)j->n * (size_t)j->ldg * 8 + 63) & ~(size_t)63;
+}
+
 static size_t prep_bytes(const dsr1_mm_job *j)
 {
     if (j->act == DSR1_ACT_BF16 && j->w->type == DSR1_T_FP8_E4M3) return 0; /* x' per task */
     if (j->act == DSR1_ACT_BF16) return (size_t)j->n * (size_t)j->ldxb * 2;
-    if (j->rq) return int8_head_bytes(j) + (size_t)j->n * (size_t)j->ldg * 8;
+    if (j->rq) return rq_tab_offset(j) + sizeof(dsr1_mm_rq_tab);
     if (j->act == DSR1_ACT_INT8)
         return int8_head_bytes(j) +
                (j->w->type == DSR1_T_INT4 ? (size_t)j->n * ((size_t)j->ldxp + 4 * (size_t)j->ldxg) : 0);
@@ -365,6 +388,11 @@ static void prep(dsr1_mm_job *j, void *mem, int avx)
     } else if (j->rq) {
         float *xs = (float *)((char *)mem + int8_head_bytes(j));
         prep_int8_groups(j, mem, xs, (int32_t *)(xs + (size_t)j->n * (size_t)j->ldg), avx);
+        if (avx) {
+            dsr1_mm_rq_tab *t = (dsr1_mm_rq_tab *)((char *)mem + rq_tab_offset(j));
+            dsr1_mm_fp8_rq_tab_fill_avx512(t);
+            j->rqt = t;
+        }
     } else if (j->act == DSR1_ACT_INT8) {
         int8_t *xq = mem;
         float *xs = (float *)(xq + (size_t)j->n * (size_t)j->ldxq);
@@ -399,7 +427,7 @@ static void run_rows(const mm_task *mt, const dsr1_mm_job *j, int64_t r0, int64_
     for (int64_t r = r0; r < r1; r += DSR1_MM_RQ_ROWS) {
         int64_t pr = r1 - r < DSR1_MM_RQ_ROWS ? r1 - r : DSR1_MM_RQ_ROWS;
         for (int64_t a = 0; a < pr; a++) {
-            if (mt->avx) dsr1_mm_fp8_requant_row_avx512(j->w, r + a, q + a * cols, sc + a * ng, j->vbmi);
+            if (mt->avx) dsr1_mm_fp8_requant_row_avx512(j->w, r + a, q + a * cols, sc + a * ng, j->rqt, j->vbmi);
             else dsr1_mm_fp8_requant_row(j->w, r + a, q + a * cols, sc + a * ng);
         }
         dsr1_wmat t = {.type = DSR1_T_INT8, .rows = pr, .cols = cols, .data = q, .scale = sc,

@@ -729,30 +729,18 @@ INLINE __m512 fp8_f32x16(__m128i bytes)
     return _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
 }
 
-/* The requantised codes of the 128 magnitudes for factor f, as the scalar
- * rq_code: rint(value * f) clamped to +-127, NaN 0. */
-INLINE void rq_table(const __m512 val[8], float f, int8_t t[128])
-{
-    const __m512 vf = _mm512_set1_ps(f), hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++) {
-        const __m512 x = _mm512_mul_ps(val[i], vf);
-        const __mmask16 ok = _mm512_cmp_ps_mask(x, x, _CMP_ORD_Q);
-        const __m512 c = _mm512_max_ps(_mm512_min_ps(x, hi), lo);
-        _mm_store_si128((__m128i *)(t + 16 * i), _mm512_cvtepi32_epi8(_mm512_maskz_cvtps_epi32(ok, c)));
-    }
-}
-
-/* q[c] = +-t[|code|] for len (a multiple of 64) codes: one vpermi2b per 64. */
+/* q[c] = +-t[|code|] for len (a multiple of 64) codes, negated where the
+ * code's sign and neg differ: one vpermi2b per 64. */
 static __attribute__((target("avx512vbmi"))) void rq_lookup(const int8_t t[128], const uint8_t *row,
-                                                             int64_t len, int8_t *q)
+                                                             int64_t len, int neg, int8_t *q)
 {
-    const __m512i t0 = _mm512_load_si512(t), t1 = _mm512_load_si512(t + 64);
+    const __m512i t0 = _mm512_loadu_si512(t), t1 = _mm512_loadu_si512(t + 64);
     const __m512i mag = _mm512_set1_epi8(0x7f);
+    const __mmask64 flip = neg ? ~(__mmask64)0 : 0;
     for (int64_t c = 0; c < len; c += 64) {
         const __m512i b = _mm512_loadu_si512(row + c);
         const __m512i v = _mm512_permutex2var_epi8(t0, _mm512_and_si512(b, mag), t1);
-        _mm512_storeu_si512(q + c, _mm512_mask_sub_epi8(v, _mm512_movepi8_mask(b), _mm512_setzero_si512(), v));
+        _mm512_storeu_si512(q + c, _mm512_mask_sub_epi8(v, _mm512_movepi8_mask(b) ^ flip, _mm512_setzero_si512(), v));
     }
 }
 
@@ -762,12 +750,50 @@ INLINE int64_t end_of(int64_t k, int64_t g, int64_t cols)
     return (k + 1) * g < cols ? (k + 1) * g : cols;
 }
 
-/* Same bytes and scales as the scalar dsr1_mm_fp8_requant_row (matmul.c).
- * A block's amax comes from its largest magnitude code (e4m3 magnitudes
- * order as their codes; fmaxf(0, .) as the scalar's running fmaxf drops a
- * NaN product), the codes from a 128-entry table per block: one
- * vpermi2b per 64 weights with VBMI, else a decode and a multiply per 16. */
-void dsr1_mm_fp8_requant_row_avx512(const dsr1_wmat *w, int64_t r, int8_t *q, float *s_out, int vbmi)
+/* dsr1_mm_fp8_rq_tab_fill's bytes: rint(127 v / m) by double division, 8
+ * at a time (a few microseconds, once per matmul call). */
+void dsr1_mm_fp8_rq_tab_fill_avx512(dsr1_mm_rq_tab *t)
+{
+    for (int i = 0; i < 8; i++)
+        _mm512_storeu_ps(t->value + 16 * i,
+                         fp8_f32x16(_mm_add_epi8(_mm_set1_epi8((char)(16 * i)),
+                                                 _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))));
+    memset(t->code[0], 0, sizeof t->code[0]);
+    const __m512d k127 = _mm512_set1_pd(127.0), hi = _mm512_set1_pd(127.0);
+    for (int top = 1; top < 128; top++) {
+        const __m512d m = _mm512_set1_pd((double)t->value[top]);
+        for (int i = 0; i < 128; i += 8) {
+            const __m512d v = _mm512_cvtps_pd(_mm256_loadu_ps(t->value + i));
+            const __m512d qd = _mm512_min_pd(_mm512_div_pd(_mm512_mul_pd(k127, v), m), hi);
+            _mm_storel_epi64((__m128i *)(t->code[top] + i), _mm512_cvtepi32_epi8(_mm512_castsi256_si512(
+                                                               _mm512_cvtpd_epi32(qd))));
+        }
+    }
+}
+
+/* 64 codes of a block by the 16-bit permutes of AVX-512 BW (no VBMI): the
+ * table as words t16[0..127], q = +-t16[|code|], negated as rq_lookup. */
+INLINE void rq_lookup_w(const __m512i t16[4], const uint8_t *row, int64_t len, int neg, int8_t *q)
+{
+    const __mmask32 flip = neg ? ~(__mmask32)0 : 0;
+    for (int64_t c = 0; c < len; c += 32) {
+        const __m256i b = _mm256_loadu_si256((const __m256i *)(row + c));
+        const __m512i i16 = _mm512_cvtepu8_epi16(_mm256_and_si256(b, _mm256_set1_epi8(0x7f)));
+        const __m512i lo = _mm512_permutex2var_epi16(t16[0], i16, t16[1]);
+        const __m512i hi = _mm512_permutex2var_epi16(t16[2], i16, t16[3]);
+        const __mmask32 up = _mm512_test_epi16_mask(i16, _mm512_set1_epi16(64));
+        __m256i v = _mm512_cvtepi16_epi8(_mm512_mask_blend_epi16(up, lo, hi));
+        v = _mm256_mask_sub_epi8(v, _mm256_movepi8_mask(b) ^ flip, _mm256_setzero_si256(), v);
+        _mm256_storeu_si256((__m256i *)(q + c), v);
+    }
+}
+
+/* Same bytes and scales as the scalar dsr1_mm_fp8_requant_row (matmul.c),
+ * t from dsr1_mm_fp8_rq_tab_fill(_avx512). A block's top code comes from
+ * a byte max; its codes from t's table for that top, with VBMI one
+ * vpermi2b per 64 weights, else two vpermi2w and a blend per 32. */
+void dsr1_mm_fp8_requant_row_avx512(const dsr1_wmat *w, int64_t r, int8_t *q, float *s_out,
+                                    const dsr1_mm_rq_tab *t, int vbmi)
 {
     const int64_t cols = w->cols, g = w->group, ncb = (cols + g - 1) / g;
     if (g % 64 || cols % 64) {
@@ -777,13 +803,6 @@ void dsr1_mm_fp8_requant_row_avx512(const dsr1_wmat *w, int64_t r, int8_t *q, fl
     const uint8_t *row = (const uint8_t *)w->data + r * cols;
     const float *bs = (const float *)w->scale + (r / g) * ncb;
     const __m512i mag = _mm512_set1_epi8(0x7f);
-    __m512 val[8]; /* value(m) for m = 16i .. 16i+15 */
-    for (int i = 0; i < 8; i++)
-        val[i] = fp8_f32x16(_mm_add_epi8(_mm_set1_epi8((char)(16 * i)),
-                                         _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)));
-    _Alignas(64) float vm[128];
-    for (int i = 0; i < 8; i++) _mm512_store_ps(vm + 16 * i, val[i]);
-    _Alignas(64) int8_t t[128];
     for (int64_t k = 0; k < ncb; k++) {
         __m512i m = _mm512_setzero_si512();
         for (int64_t c = k * g; c < end_of(k, g, cols); c += 64)
@@ -794,26 +813,22 @@ void dsr1_mm_fp8_requant_row_avx512(const dsr1_wmat *w, int64_t r, int8_t *q, fl
         x = _mm_max_epu8(x, _mm_srli_si128(x, 4));
         x = _mm_max_epu8(x, _mm_srli_si128(x, 2));
         x = _mm_max_epu8(x, _mm_srli_si128(x, 1));
-        const float s = fmaxf(0.0f, vm[_mm_extract_epi8(x, 0)] * fabsf(bs[k])) / 127.0f;
+        const int top = _mm_extract_epi8(x, 0);
+        const float s = fmaxf(0.0f, t->value[top] * fabsf(bs[k])) / 127.0f;
         s_out[k] = s;
         if (!(s > 0)) {
             memset(q + k * g, 0, (size_t)(end_of(k, g, cols) - k * g));
             continue;
         }
-        const float f = bs[k] / s;
+        const int neg = bs[k] < 0;
         if (vbmi) {
-            rq_table(val, f, t);
-            rq_lookup(t, row + k * g, end_of(k, g, cols) - k * g, q + k * g);
+            rq_lookup(t->code[top], row + k * g, end_of(k, g, cols) - k * g, neg, q + k * g);
             continue;
         }
-        const __m512 vf = _mm512_set1_ps(f), hi = _mm512_set1_ps(127.0f);
-        for (int64_t c = k * g; c < end_of(k, g, cols); c += 16) {
-            const __m128i b = _mm_loadu_si128((const __m128i *)(row + c));
-            const __m512 y = _mm512_mul_ps(fp8_f32x16(_mm_and_si128(b, _mm_set1_epi8(0x7f))), vf);
-            const __mmask16 ok = _mm512_cmp_ps_mask(y, y, _CMP_ORD_Q);
-            __m128i v = _mm512_cvtepi32_epi8(_mm512_maskz_cvtps_epi32(ok, _mm512_min_ps(y, hi)));
-            v = _mm_mask_sub_epi8(v, _mm_movepi8_mask(b), _mm_setzero_si128(), v);
-            _mm_storeu_si128((__m128i *)(q + c), v);
-        }
+        const __m512i t16[4] = {_mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)t->code[top])),
+                                _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(t->code[top] + 32))),
+                                _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(t->code[top] + 64))),
+                                _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(t->code[top] + 96)))};
+        rq_lookup_w(t16, row + k * g, end_of(k, g, cols) - k * g, neg, q + k * g);
     }
 }
