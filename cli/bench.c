@@ -33,6 +33,7 @@ static int usage(FILE *f)
     fprintf(f,
             "usage: dsr1 bench [-m MODEL] [--prompt N,..] [--gen N] [--batch N,..] [--threads N] [--f32]\n"
             "                  [--no-warmup] [--numa auto|off|virtual:N] [--deterministic]\n"
+            "                  [--prefill-chunk N]\n"
             "                  [--fp8-prefill w8a8|bf16]\n"
             "       dsr1 bench membw [--size MIB] [--threads N] [--reps N]\n"
             "       dsr1 bench kernels [--shape ROWSxCOLS] [--threads N] [--quick] [--type T] [--n N,..]\n"

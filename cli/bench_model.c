@@ -40,6 +40,7 @@ typedef struct model_opts {
     int prompts[MAX_LIST], n_prompts;
     int batches[MAX_LIST], n_batches;
     int gen, threads, f32, no_warmup, numa, deterministic, fp8_bf16;
+    int chunk;                    /* --prefill-chunk, 0 = the model's */
 } model_opts;
 
 typedef struct model_result {
@@ -89,6 +90,8 @@ static int parse_opts(int argc, char **argv, model_opts *o)
             if (!(rc = dsr1_common_opt_num("bench", a, argv[++i], 1, 1 << 20, 1, &v))) o->gen = (int)v;
         } else if (!strcmp(a, "--numa") && has) {
             rc = dsr1_common_numa_arg("bench", argv[++i], &o->numa);
+        } else if (!strcmp(a, "--prefill-chunk") && has) {
+            if (!(rc = dsr1_common_opt_num("bench", a, argv[++i], 1, 65536, 1, &v))) o->chunk = (int)v;
         } else if (!strcmp(a, "--threads") && has) {
             if (!(rc = dsr1_common_opt_num("bench", a, argv[++i], 1, 1024, 1, &v))) o->threads = (int)v;
         } else
@@ -201,6 +204,7 @@ static int bench_run(dsr1_model *m, const model_opts *o, int prompt, int batch, 
     /* Whole 64-token KV pages per sequence, with room to spare. */
     eo.ctx = ((prompt + o->gen + 8 + 63) / 64 + 1) * 64;
     eo.spec_draft = 0; /* plain decoding; speculation has its own table (--spec) */
+    eo.prefill_chunk = o->chunk;
     dsr1_engine *e = NULL;
     *res = (model_result){.prompt = prompt, .batch = batch};
     DSR1_TRY(dsr1_engine_create(&e, m, &eo, err));

@@ -735,6 +735,7 @@ int dsr1_common_gen_flag(const char *cmd, dsr1_gen_flags *f, int c, const char *
         [DSR1_GEN_SPEC - DSR1_GEN_OPT_BASE] = {"--spec-draft", -1, 8, 1},
         [DSR1_GEN_PRES - DSR1_GEN_OPT_BASE] = {"--presence-penalty", -2, 2, 0},
         [DSR1_GEN_FREQ - DSR1_GEN_OPT_BASE] = {"--frequency-penalty", -2, 2, 0},
+        [DSR1_GEN_CHUNK - DSR1_GEN_OPT_BASE] = {"--prefill-chunk", 1, 65536, 1},
     };
     if (c < DSR1_GEN_OPT_BASE || c >= DSR1_GEN_OPT_END) return -1;
     if (c == DSR1_GEN_VERIFY || c == DSR1_GEN_DETERMINISTIC) {
@@ -772,6 +773,7 @@ int dsr1_common_gen_flag(const char *cmd, dsr1_gen_flags *f, int c, const char *
     case DSR1_GEN_THREADS: f->threads = (int)x; break;
     case DSR1_GEN_PRES: s->presence_penalty = (float)x; break;
     case DSR1_GEN_FREQ: s->frequency_penalty = (float)x; break;
+    case DSR1_GEN_CHUNK: f->prefill_chunk = (int)x; break;
     default: f->spec_draft = (int)x; break;
     }
     return 0;

@@ -174,6 +174,7 @@ enum {
     DSR1_GEN_KVTYPE,                                      /* bf16 | fp8 */
     DSR1_GEN_FP8PREFILL,                                  /* w8a8 | bf16 */
     DSR1_GEN_NUMA,
+    DSR1_GEN_CHUNK,                                       /* --prefill-chunk N */
     DSR1_GEN_OPT_END
 };
 /* getopt_long entries for the flags above, to splice into a command's table. */
@@ -195,6 +196,7 @@ enum {
     {"ctx", required_argument, 0, DSR1_GEN_CTX},                                      \
     {"threads", required_argument, 0, DSR1_GEN_THREADS},                              \
     {"spec-draft", required_argument, 0, DSR1_GEN_SPEC},                              \
+    {"prefill-chunk", required_argument, 0, DSR1_GEN_CHUNK},                          \
     {"verify", no_argument, 0, DSR1_GEN_VERIFY},                                      \
     {"mlock", no_argument, 0, DSR1_GEN_MLOCK},                                        \
     {"preload", no_argument, 0, DSR1_GEN_PRELOAD},                                    \
@@ -210,6 +212,7 @@ typedef struct dsr1_gen_flags {
     int *max_tokens;         /* where --max-tokens goes */
     int ctx, threads;        /* 0 = default */
     int spec_draft;          /* -1 adaptive (default), 0 off, 1..8 */
+    int prefill_chunk;       /* --prefill-chunk: prompt tokens per step, 0 = the model's */
     int preload;             /* 0 auto (terminal, file not cached), 1 --preload, -1 --no-preload */
     int mlock;               /* --mlock: preload and lock the weights in memory */
     int no_prefix_cache;     /* --no-prefix-cache: every prompt computed in full */

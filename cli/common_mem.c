@@ -90,6 +90,7 @@ int dsr1_common_open_checked(dsr1_model **m, const char *path, const char *backe
     eo.max_seqs = max_seqs;
     eo.ctx = g->ctx;
     eo.spec_draft = g->spec_draft;
+    eo.prefill_chunk = g->prefill_chunk;
     dsr1_mem_estimate e;
     DSR1_TRY(dsr1_mem_estimate_file(path, DSR1_COMPUTE_FAST, &eo, &e, err));
     dsr1_mem_verdict v = dsr1_mem_judge(&e);

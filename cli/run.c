@@ -70,6 +70,8 @@ static const char usage_text[] =
     "      --template NAME     v3, r1 or raw (default: the model's own)\n"
     "  -c, --ctx N             tokens per sequence (default: the model's, capped by memory)\n"
     "      --spec-draft N      MTP draft tokens per step: -1 adaptive (default), 0 off, 1..8\n"
+    "      --prefill-chunk N   prompt tokens per step (default 512; for many experts up to\n"
+    "                          2048, so each expert sees ~64 of them: R1 2048)\n"
     "      --kv-type T         KV cache bf16 (default) or fp8 (half the bytes, a little less exact)\n"
     "      --verify            check every tensor's hash before loading (reads the whole file)\n"
     DSR1_HELP_COMPUTE_MODES
@@ -439,6 +441,7 @@ static int open_all(run_args *a, dsr1_model **m, dsr1_engine **e, char *name, si
     eo.max_seqs = a->prompt && !a->o.in_text ? 1 : a->o.parallel;
     if (a->gen.ctx) eo.ctx = a->gen.ctx;
     eo.spec_draft = a->gen.spec_draft;
+    eo.prefill_chunk = a->gen.prefill_chunk;
     if (a->gen.kv_fp8) eo.kv_type = DSR1_KV_FP8;
     eo.prefix_cache = !a->gen.no_prefix_cache;
     return dsr1_engine_create(e, *m, &eo, err);

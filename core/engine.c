@@ -55,10 +55,18 @@ void dsr1_engine_options_default(dsr1_engine_options *o)
     o->ctx = 0;
     o->kv_bytes = 0;
     o->kv_type = DSR1_KV_BF16;
-    o->prefill_chunk = 512;
+    o->prefill_chunk = 0;
     o->spec_draft = -1;
     o->spec_row_cost = o->spec_draft_cost = -1;
     o->prefix_cache = 1;
+}
+
+int dsr1_engine_default_chunk(const dsr1_config *cfg)
+{
+    if (cfg->n_routed_experts <= 0 || cfg->num_experts_per_tok <= 0) return 512;
+    long long want = 64LL * cfg->n_routed_experts / cfg->num_experts_per_tok;
+    want = (want + 255) / 256 * 256;
+    return want < 512 ? 512 : want > 2048 ? 2048 : (int)want;
 }
 
 /* ---- create / free --------------------------------------------------------- */
@@ -131,7 +139,7 @@ static int check_options(const dsr1_engine_options *o, dsr1_error *err)
 {
     if (o->max_seqs < 1 || o->max_seqs > 4096)
         return dsr1_errorf(err, DSR1_EINVAL, "engine: max_seqs %d (expected 1..4096)", o->max_seqs);
-    if (o->prefill_chunk < 1)
+    if (o->prefill_chunk < 0)
         return dsr1_errorf(err, DSR1_EINVAL, "engine: prefill_chunk %d", o->prefill_chunk);
     if (o->ctx < 0) return dsr1_errorf(err, DSR1_EINVAL, "engine: ctx %d", o->ctx);
     if (o->spec_draft < -1 || o->spec_draft > DSR1_SPEC_MAX_DRAFT)
@@ -155,6 +163,7 @@ int dsr1_engine_create(dsr1_engine **out, dsr1_model *m, const dsr1_engine_optio
     if (opt) o = *opt;
     else dsr1_engine_options_default(&o);
     DSR1_TRY(check_options(&o, err));
+    if (!o.prefill_chunk) o.prefill_chunk = dsr1_engine_default_chunk(&m->cfg);
     /* The exact path keeps the KV in float32 whatever was asked. */
     if (m->compute == DSR1_COMPUTE_F32) o.kv_type = DSR1_KV_F32;
     int row = m->cfg.kv_lora_rank + m->cfg.qk_rope_head_dim;

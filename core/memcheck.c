@@ -36,6 +36,7 @@ void dsr1_mem_estimate_config(const dsr1_config *cfg, int n_layers, dsr1_compute
                               const dsr1_engine_options *opt, dsr1_mem_estimate *out)
 {
     dsr1_engine_options o = *opt;
+    if (!o.prefill_chunk) o.prefill_chunk = dsr1_engine_default_chunk(cfg);
     if (compute == DSR1_COMPUTE_F32) o.kv_type = DSR1_KV_F32;
     int row = cfg->kv_lora_rank + cfg->qk_rope_head_dim;
     uint64_t tok = dsr1_kvcache_token_bytes(o.kv_type, n_layers, row);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/config.h"
+#include "core/dsr1.h"
 #include "test.h"
 
 /* Real DeepSeek-V2-Lite-Chat config.json values (q_lora_rank null, softmax
@@ -152,6 +153,8 @@ DSR1_TEST(config_v2_lite)
     dsr1_config_param_counts(&c, &total, &active);
     CHECKF(total > 15.6e9 && total < 15.8e9, "V2-Lite total %llu", (unsigned long long)total);
     CHECKF(active > 2.3e9 && active < 2.5e9, "V2-Lite active %llu", (unsigned long long)active);
+    /* the engine's prompt chunk: 64 x 64 / 6 = 683 tokens, in steps of 256 */
+    CHECK_EQ_INT(dsr1_engine_default_chunk(&c), 768);
 }
 
 DSR1_TEST(config_r1)
@@ -176,6 +179,15 @@ DSR1_TEST(config_r1)
     main_only.num_nextn_predict_layers = 0;
     dsr1_config_param_counts(&main_only, &total, NULL);
     CHECKF(total > 670.5e9 && total < 671.5e9, "R1 main %llu", (unsigned long long)total);
+    /* the engine's prompt chunk: each of 256 experts, 8 per token, ~64 of it */
+    CHECK_EQ_INT(dsr1_engine_default_chunk(&c), 2048);
+    dsr1_config few = c;
+    few.n_routed_experts = 32; /* gen_ckpt's r1 preset: 256, so the floor */
+    CHECK_EQ_INT(dsr1_engine_default_chunk(&few), 512);
+    few.n_routed_experts = 4096; /* the cap */
+    CHECK_EQ_INT(dsr1_engine_default_chunk(&few), 2048);
+    few.n_routed_experts = 0; /* dense */
+    CHECK_EQ_INT(dsr1_engine_default_chunk(&few), 512);
 }
 
 DSR1_TEST(config_defaults)

@@ -140,6 +140,39 @@ DSR1_TEST(engine_batch_equals_alone)
     dsr1_model_close(m);
 }
 
+/* prefill_chunk: what one step feeds of an 11-token prompt; 0 is the
+ * model's default (512 for the tiny fixture's few experts), -1 refused. */
+DSR1_TEST(engine_prefill_chunk)
+{
+    dsr1_model *m = open_tiny(t, DSR1_COMPUTE_FAST);
+    if (!m) return;
+    CHECK_EQ_INT(dsr1_engine_default_chunk(dsr1_model_config(m)), 512);
+    static const int chunks[] = {0, 3, 11, 64};
+    for (int i = 0; i < 4; i++) {
+        dsr1_engine *e = make_engine(t, m, chunks[i], 0);
+        if (!e) continue;
+        int s = submit(e, p2, 11, 2, -1);
+        dsr1_event *ev = calloc(dsr1_engine_max_events(e), sizeof *ev);
+        size_t n;
+        dsr1_error err;
+        CHECK_OK(dsr1_engine_step(e, ev, &n, &err), &err);
+        int want = chunks[i] == 3 ? 3 : 11;
+        CHECKF(dsr1_engine_seq_fed(e, s) == want, "chunk %d: fed %d after one step, want %d",
+               chunks[i], dsr1_engine_seq_fed(e, s), want);
+        free(ev);
+        dsr1_engine_free(e);
+    }
+    dsr1_engine_options o;
+    dsr1_engine_options_default(&o);
+    CHECK_EQ_INT(o.prefill_chunk, 0);
+    o.prefill_chunk = -1;
+    dsr1_engine *e = NULL;
+    dsr1_error err;
+    CHECK_EQ_INT(dsr1_engine_create(&e, m, &o, &err), DSR1_EINVAL);
+    CHECK(e == NULL);
+    dsr1_model_close(m);
+}
+
 DSR1_TEST(engine_limits)
 {
     dsr1_model *m = open_tiny(t, DSR1_COMPUTE_FAST);

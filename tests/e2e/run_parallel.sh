@@ -1,7 +1,8 @@
 #!/bin/sh
 # run_parallel.sh - seeds make sampled answers independent of batching:
 # --parallel 4 writes exactly what --parallel 1 writes (timing aside), and a
-# request with its own seed gives the same answer alone as in the batch.
+# request with its own seed gives the same answer alone as in the batch, and
+# in prefill chunks of 3 tokens as in whole prompts (--prefill-chunk).
 # With --deterministic: the fast mode's kernels depend on the batch (FP8
 # prefills of 24+ tokens run W8A8, and four prompts prefilled together are
 # 24+ where one alone is not), so its logits move within rounding and a
@@ -27,6 +28,13 @@ $DSR1 run -q -m "$M" --in "$TMPDIR/in.jsonl" --out "$TMPDIR/p4.jsonl" -j 4 --see
 strip "$TMPDIR/p1.jsonl" >"$TMPDIR/a"
 strip "$TMPDIR/p4.jsonl" >"$TMPDIR/b"
 cmp -s "$TMPDIR/a" "$TMPDIR/b" || { bad "--parallel 4 differs from --parallel 1"; diff "$TMPDIR/a" "$TMPDIR/b" | head -5; }
+# --deterministic promises the same bits in any chunking: prompts fed 3
+# tokens a step answer as in one step; a chunk of 0 is refused.
+$DSR1 run -q -m "$M" --in "$TMPDIR/in.jsonl" --out "$TMPDIR/c3.jsonl" -j 4 --seed 7 --deterministic \
+    --prefill-chunk 3 || bad "--prefill-chunk 3 failed"
+strip "$TMPDIR/c3.jsonl" | cmp -s "$TMPDIR/a" - || { bad "--prefill-chunk 3 differs"; strip "$TMPDIR/c3.jsonl" | diff "$TMPDIR/a" - | head -5; }
+$DSR1 run -q -m "$M" --in "$TMPDIR/in.jsonl" --out "$TMPDIR/c0.jsonl" --prefill-chunk 0 2>"$TMPDIR/c0.err"
+[ $? -eq 2 ] && grep -q -- "--prefill-chunk" "$TMPDIR/c0.err" || bad "--prefill-chunk 0 not refused as usage"
 # A different base seed changes the sampled answers (the test can fail).
 $DSR1 run -q -m "$M" --in "$TMPDIR/in.jsonl" --out "$TMPDIR/s8.jsonl" -j 4 --seed 8 --deterministic || bad "--seed 8 failed"
 strip "$TMPDIR/s8.jsonl" | head -n 6 >"$TMPDIR/c"
