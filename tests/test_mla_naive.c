@@ -213,3 +213,29 @@ DSR1_TEST(mla_naive_softmax_avx512)
                off, top, tail);
     }
 }
+
+/* The values' transpose (dsr1_transpose_f32_avx512): every element in its
+ * place for shapes with and without 16-wide tails, strided source and
+ * destination, nothing written outside the destination's rows. */
+DSR1_TEST(mla_naive_transpose_avx512)
+{
+    if (!dsr1_mm_avx512_usable()) DSR1_SKIP("no AVX-512 kernels on this CPU");
+    static const int shapes[][2] = {{16, 16}, {150, 16}, {17, 33}, {64, 128}, {5, 3}, {1, 1}};
+    for (int si = 0; si < 6; si++) {
+        int rows = shapes[si][0], cols = shapes[si][1];
+        int64_t lds = cols + 7, ldd = rows + 3;
+        float *src = malloc((size_t)rows * (size_t)lds * sizeof *src);
+        float *dst = malloc((size_t)cols * (size_t)ldd * sizeof *dst);
+        for (int64_t i = 0; i < rows * lds; i++) src[i] = (float)i;
+        for (int64_t i = 0; i < cols * ldd; i++) dst[i] = -1.0f;
+        dsr1_transpose_f32_avx512(src, lds, rows, cols, dst, ldd);
+        int bad = 0, spill = 0;
+        for (int c = 0; c < cols; c++) {
+            for (int r = 0; r < rows; r++) bad += dst[c * ldd + r] != src[r * lds + c];
+            for (int64_t r = rows; r < ldd; r++) spill += dst[c * ldd + r] != -1.0f;
+        }
+        CHECKF(!bad && !spill, "%dx%d: %d misplaced, %d written past a row", rows, cols, bad, spill);
+        free(src);
+        free(dst);
+    }
+}

@@ -159,6 +159,10 @@ void dsr1_mm_rows_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1);
  * with one scale per row for n >= 24 and columns a multiple of 64. */
 void dsr1_mm_rows_w4a8_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1);
 void dsr1_mm_rows_int8_lanes_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1);
+/* dst[c][r] = src[r][c] for rows x cols floats (strides lds, ldd): 16x16
+ * blocks through registers, whole lines loaded and stored. */
+void dsr1_transpose_f32_avx512(const float *src, int64_t lds, int rows, int cols, float *dst,
+                               int64_t ldd);
 /* FP8 as W8A8's order (j->xgs set, INT8 weights with one scale per row,
  * n >= 24, columns a multiple of 64). */
 void dsr1_mm_rows_int8g_lanes_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1);

@@ -832,3 +832,26 @@ void dsr1_mm_fp8_requant_row_avx512(const dsr1_wmat *w, int64_t r, int8_t *q, fl
         rq_lookup_w(t16, row + k * g, end_of(k, g, cols) - k * g, neg, q + k * g);
     }
 }
+
+/* ---- float32 transpose (the naive MLA form's values, cpu_mla_naive.c) ---------- */
+
+void dsr1_transpose_f32_avx512(const float *src, int64_t lds, int rows, int cols, float *dst,
+                               int64_t ldd)
+{
+    int r0 = 0;
+    for (; r0 + 16 <= rows; r0 += 16) {
+        int c0 = 0;
+        for (; c0 + 16 <= cols; c0 += 16) {
+            __m512i v[16];
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++) v[i] = _mm512_castps_si512(_mm512_loadu_ps(src + (r0 + i) * lds + c0));
+            tr16(v);
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++) _mm512_storeu_ps(dst + (c0 + i) * ldd + r0, _mm512_castsi512_ps(v[i]));
+        }
+        for (; c0 < cols; c0++)
+            for (int i = 0; i < 16; i++) dst[c0 * ldd + r0 + i] = src[(r0 + i) * lds + c0];
+    }
+    for (; r0 < rows; r0++)
+        for (int c = 0; c < cols; c++) dst[c * ldd + r0] = src[r0 * lds + c];
+}
