@@ -46,6 +46,26 @@ DSR1_TEST(memcheck_estimate)
     dsr1_mem_estimate_config(&c, 5, DSR1_COMPUTE_FAST, &o, &e);
     CHECK_EQ_INT(e.kv, 8 * 16 * 64 * 800);
     CHECK(e.buffers > b2);
+    /* prefill_chunk 0 is the model's chunk (buffers grow with it), not none */
+    {
+        dsr1_engine_options oc = o;
+        oc.prefill_chunk = dsr1_engine_default_chunk(&c);
+        dsr1_mem_estimate ec;
+        dsr1_mem_estimate_config(&c, 5, DSR1_COMPUTE_FAST, &oc, &ec);
+        CHECK_EQ_INT(ec.buffers, e.buffers);
+        oc.prefill_chunk = 1;
+        dsr1_mem_estimate_config(&c, 5, DSR1_COMPUTE_FAST, &oc, &ec);
+        CHECK(ec.buffers < e.buffers);
+        dsr1_config r1 = c; /* many experts: a larger chunk, more buffers */
+        r1.n_routed_experts = 256;
+        r1.num_experts_per_tok = 8;
+        dsr1_mem_estimate_config(&r1, 5, DSR1_COMPUTE_FAST, &o, &ec);
+        oc.prefill_chunk = 2048;
+        dsr1_mem_estimate e2048;
+        dsr1_mem_estimate_config(&r1, 5, DSR1_COMPUTE_FAST, &oc, &e2048);
+        CHECK_EQ_INT(ec.buffers, e2048.buffers);
+        CHECK(ec.buffers > e.buffers);
+    }
     o.ctx = 0; /* the model's own context */
     dsr1_mem_estimate_config(&c, 5, DSR1_COMPUTE_FAST, &o, &e);
     CHECK_EQ_INT(e.ctx, 5120);

@@ -116,8 +116,9 @@ static void naive_task(void *ctx, int k, int nt)
              * of pb floats (often a multiple of 1024 here, so the 128 rows
              * fell in one L1 set), took 12% of a 2048-token prefill's
              * samples (perf, INT8 R1 shapes, Zen 4, 2 threads); 16-position
-             * runs 6.9%, these blocks 2.6%. Prefill 2048, interleaved:
-             * 1.09-1.10x with the runs, 1.0-1.08x more with the blocks. */
+             * runs 6.9%, these blocks 2.6%. Prefill 2048, interleaved: the
+             * runs 1.09-1.10x the loop before; the blocks against the runs
+             * 0.97x and 1.02x, within the machine's noise. */
             if (j->avx512) {
                 dsr1_transpose_f32_avx512(eh + nope, j->lde, pb, v, vt, pb);
             } else {

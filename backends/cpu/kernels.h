@@ -77,7 +77,7 @@ int dsr1_pool_reserve(dsr1_pool *p, size_t bytes, dsr1_error *err);
 #define DSR1_ACT_INT8_FAST ((dsr1_act)3)
 /* Below this the requantisation is not paid back, and the grouped lanes
  * kernel starts here too (I8L_MIN_N in matmul_avx512.c). With the
- * requantisation by tables (5.5x its speed before), `dsr1 bench kernels
+ * requantisation by tables (3.2x its speed before), `dsr1 bench kernels
  * --type fp8 --n 24,32,40,48` on the expert shapes 2048x7168 and
  * 7168x2048, Zen 4, 2 threads, two runs with the threshold lowered:
  * W8A8 took 0.77-0.89x bf16's time at 24 tokens, 0.72-0.80x at 32,

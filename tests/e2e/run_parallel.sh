@@ -33,8 +33,17 @@ cmp -s "$TMPDIR/a" "$TMPDIR/b" || { bad "--parallel 4 differs from --parallel 1"
 $DSR1 run -q -m "$M" --in "$TMPDIR/in.jsonl" --out "$TMPDIR/c3.jsonl" -j 4 --seed 7 --deterministic \
     --prefill-chunk 3 || bad "--prefill-chunk 3 failed"
 strip "$TMPDIR/c3.jsonl" | cmp -s "$TMPDIR/a" - || { bad "--prefill-chunk 3 differs"; strip "$TMPDIR/c3.jsonl" | diff "$TMPDIR/a" - | head -5; }
-$DSR1 run -q -m "$M" --in "$TMPDIR/in.jsonl" --out "$TMPDIR/c0.jsonl" --prefill-chunk 0 2>"$TMPDIR/c0.err"
-[ $? -eq 2 ] && grep -q -- "--prefill-chunk" "$TMPDIR/c0.err" || bad "--prefill-chunk 0 not refused as usage"
+for v in 0 -3 65537 12x ''; do
+    $DSR1 run -q -m "$M" --in "$TMPDIR/in.jsonl" --out "$TMPDIR/c0.jsonl" --prefill-chunk "$v" 2>"$TMPDIR/c0.err"
+    [ $? -eq 2 ] && grep -q -- "--prefill-chunk" "$TMPDIR/c0.err" && [ "$(wc -l <"$TMPDIR/c0.err")" -eq 1 ] ||
+        { bad "--prefill-chunk '$v' not refused as usage in one line"; cat "$TMPDIR/c0.err"; }
+    [ -e "$TMPDIR/c0.jsonl" ] && bad "--prefill-chunk '$v': output written"
+    $DSR1 bench -m "$M" --prompt 8 --gen 1 --batch 1 --prefill-chunk "$v" >/dev/null 2>"$TMPDIR/b0.err"
+    [ $? -eq 2 ] && grep -q -- "--prefill-chunk" "$TMPDIR/b0.err" || bad "bench --prefill-chunk '$v' not refused"
+done
+# bench takes it too: a 40-token prompt fed 7 at a time
+$DSR1 bench -m "$M" --prompt 40 --gen 2 --batch 1 --prefill-chunk 7 >"$TMPDIR/b7.out" 2>&1 ||
+    { bad "bench --prefill-chunk 7 failed"; cat "$TMPDIR/b7.out"; }
 # A different base seed changes the sampled answers (the test can fail).
 $DSR1 run -q -m "$M" --in "$TMPDIR/in.jsonl" --out "$TMPDIR/s8.jsonl" -j 4 --seed 8 --deterministic || bad "--seed 8 failed"
 strip "$TMPDIR/s8.jsonl" | head -n 6 >"$TMPDIR/c"
