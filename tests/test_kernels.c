@@ -589,6 +589,34 @@ DSR1_TEST(kernels_int8_w8a8_lanes_matches_portable)
     dsr1_pool_free(pool);
 }
 
+/* W8A8 with one scale per row, 1-4 tokens: the row-by-row GEMV (n <= 2,
+ * or x up to 8 KiB) and the 4-row tiles (3-4 tokens of long rows) against
+ * the portable kernel, bit for bit: columns a multiple of the 256-byte
+ * step (2048), of 64 but not 256 (192, 2112), none of 64 (200, 50: a
+ * masked end, a row shorter than one vector), long rows (4160: n = 3, 4
+ * tiled), rows that leave ragged 4-row tiles and tasks (37, 45, 21); 1
+ * thread and 2, and every 13th token alone gives its bits in the batch. */
+DSR1_TEST(kernels_int8_w8a8_gemv_matches_portable)
+{
+    if (!dsr1_mm_avx512_usable())
+        DSR1_SKIP("no AVX-512 BF16/VNNI kernels on this CPU: %s", "dsr1_matmul would be the portable kernel compared with itself");
+    static const int ns[] = {1, 2, 3, 4};
+    static const int64_t shapes[][2] = {{37, 2048}, {45, 192}, {21, 4160}, {40, 200},
+                                        {13, 50},   {29, 2112}};
+    dsr1_pool *pool = NULL;
+    dsr1_error err = {0};
+    CHECK_OK(dsr1_pool_create(&pool, 2, &err), &err);
+    for (int si = 0; si < 6; si++) {
+        int64_t rows = shapes[si][0], cols = shapes[si][1], ldx = cols + 3;
+        tmat m = dsr1_test_mat(DSR1_T_INT8, rows, cols, 0, 91 + (uint64_t)si);
+        float *x = make_x(300, ldx, 92 + (uint64_t)si);
+        int_matches_portable(t, &m, x, ldx, ns, 4, pool, "W8A8 GEMV");
+        free(x);
+        dsr1_test_mat_free(&m);
+    }
+    dsr1_pool_free(pool);
+}
+
 /* The W4A8 order of matmul_impl.h written out here from its text: x
  * quantised per token (s = amax/127, q = rint(x * (127/amax))), per group
  * the exact dot of (code - 8) with q, acc = fmaf((float)dot, s_w, acc) in

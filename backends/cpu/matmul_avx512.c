@@ -1336,9 +1336,87 @@ static void rows_int8_panel(const dsr1_mm_job *j, int64_t r0, int64_t r1)
     }
 }
 
+/* W8A8 GEMV (n <= 4 tokens, one scale per row): one row at a time, front
+ * to back, so a task's weights are read as one sequential stream. The
+ * 4-row tiles of rows_int8 below read four rows side by side: four
+ * streams, which this machine's prefetchers follow worse, the worse the
+ * shorter the rows (/tmp harness, n = 1, 2 threads, Zen 4, the matrices
+ * from DRAM, each round against a plain read loop run right after it:
+ * 7168x2048 (an expert's down projection) 0.76-0.82 of the read loop's
+ * rate with tiles, 0.97-1.03 this way; 24576x1536 (q_b) 0.61-0.77 and
+ * 0.94-0.96; 32768x512 0.53-0.58 and 0.96-0.98; 2048x7168 0.91-0.96 and
+ * 0.98-1.01). The dots are exact integers, so the order of the sums does
+ * not matter: U accumulators per token break the dependency chain. Each
+ * line is asked for GEMV_PF bytes ahead into L2 (no prefetch: 0.79-0.90).
+ * With 3 or 4 tokens of long rows the tiles stay: x then fills most of
+ * L1 and is loaded once per row instead of once per 4 rows (2048x7168,
+ * n = 3-4: 0.61-0.72 this way, 0.75-0.86 tiled); with x up to 8 KiB the
+ * two are even or this one ahead (7168x2048, n = 3: 0.87-0.96 vs 0.69-0.84). */
+#define GEMV_PF 2048
+INLINE void gemv_i8_row(const int nt, const int8_t *row, int64_t cols, const int8_t *xq,
+                        int64_t ldx, int32_t dot[4])
+{
+    enum { U = 4 };
+    const int u = nt == 1 ? 4 : 2; /* accumulators per token */
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    __m512i acc[U][4];
+#pragma GCC unroll 4
+    for (int i = 0; i < u; i++)
+#pragma GCC unroll 4
+        for (int b = 0; b < nt; b++) acc[i][b] = _mm512_setzero_si512();
+    int64_t k = 0;
+    for (; k + 64 * u <= cols; k += 64 * u) {
+#pragma GCC unroll 4
+        for (int i = 0; i < u; i++) {
+            _mm_prefetch((const char *)row + k + 64 * i + GEMV_PF, _MM_HINT_T1);
+            __m512i wv = _mm512_xor_si512(_mm512_loadu_si512(row + k + 64 * i), flip);
+#pragma GCC unroll 4
+            for (int b = 0; b < nt; b++)
+                acc[i][b] = _mm512_dpbusd_epi32(acc[i][b], wv, _mm512_loadu_si512(xq + b * ldx + k + 64 * i));
+        }
+    }
+    for (; k < cols; k += 64) { /* whole 64s, then a masked end (w is not padded) */
+        __mmask64 m = cols - k >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (cols - k)) - 1;
+        __m512i wv = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, row + k), flip);
+#pragma GCC unroll 4
+        for (int b = 0; b < nt; b++)
+            acc[0][b] = _mm512_dpbusd_epi32(acc[0][b], wv, _mm512_maskz_loadu_epi8(m, xq + b * ldx + k));
+    }
+#pragma GCC unroll 4
+    for (int b = 0; b < nt; b++) {
+        __m512i s = acc[0][b];
+#pragma GCC unroll 4
+        for (int i = 1; i < u; i++) s = _mm512_add_epi32(s, acc[i][b]);
+        dot[b] = _mm512_reduce_add_epi32(s);
+    }
+}
+
+static void gemv_int8(const dsr1_mm_job *j, int64_t r0, int64_t r1)
+{
+    const dsr1_wmat *w = j->w;
+    const int nt = j->n;
+    for (int64_t r = r0; r < r1; r++) {
+        const int8_t *row = (const int8_t *)w->data + r * w->cols;
+        int32_t dot[4];
+        switch (nt) {
+        case 1: gemv_i8_row(1, row, w->cols, j->xq, j->ldxq, dot); break;
+        case 2: gemv_i8_row(2, row, w->cols, j->xq, j->ldxq, dot); break;
+        case 3: gemv_i8_row(3, row, w->cols, j->xq, j->ldxq, dot); break;
+        default: gemv_i8_row(4, row, w->cols, j->xq, j->ldxq, dot); break;
+        }
+        float s = dsr1_wmat_scale(w, r, 0);
+        for (int b = 0; b < nt; b++) /* as rows_int8: (d * xs) * s */
+            j->y[b * j->ldy + r] = (float)(dot[b] - 128 * j->xsum[b]) * j->xs[b] * s;
+    }
+}
+
 /* W8A8: exact integer dots per scale group, then the canonical float steps. */
 static void rows_int8(const dsr1_mm_job *j, int64_t r0, int64_t r1)
 {
+    if (j->w->group == 0 && (j->n <= 2 || (j->n <= 4 && j->n * j->w->cols <= 8192))) {
+        gemv_int8(j, r0, r1);
+        return;
+    }
     /* rows in lanes from I8L_MIN_N tokens: below, transposing the panel
      * costs more than the sums it saves (bench kernels, 18432x7168 from
      * DRAM, 2 threads, lanes-as-columns panel vs lanes with the next
