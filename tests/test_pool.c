@@ -1,11 +1,13 @@
 /*
  * test_pool.c - the CPU thread pool: every task runs exactly once, for any
  * task count and pool size, many runs in a row (the spin/sleep handover),
- * and a NULL pool runs everything on the caller's thread.
+ * a NULL pool runs everything on the caller's thread, and an idle pool's
+ * workers stop spinning.
  */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "backends/cpu/kernels.h"
 #include "test.h"
@@ -91,4 +93,50 @@ DSR1_TEST(pool_default_size_and_limits)
     CHECK_EQ_INT(dsr1_pool_create(&p, 100000, &err), DSR1_EINVAL);
     CHECK(p == NULL);
     CHECK(strstr(err.msg, "100000") != NULL);
+}
+
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double wall_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Waiters spin for a while after a run (decode's short gaps) and then
+ * sleep: a pool left idle for 400 ms must not keep its workers busy for
+ * it (spinning on, 3 workers would burn about 1.2 s of CPU; the spin is 10
+ * ms each). And freeing a pool whose workers still spin returns at once,
+ * not after their spin (300 pools made, run and freed in well under the
+ * 3 s their spins would add up to). */
+DSR1_TEST(pool_idle_workers_sleep)
+{
+    dsr1_pool *p = NULL;
+    dsr1_error err = {0};
+    CHECK_OK(dsr1_pool_create(&p, 4, &err), &err);
+    REQUIRE(p != NULL);
+    run_and_check(t, p, 8);
+    double c0 = cpu_s();
+    struct timespec nap = {0, 400 * 1000 * 1000};
+    nanosleep(&nap, NULL);
+    double used = cpu_s() - c0;
+    CHECKF(used < 0.3, "an idle pool of 4 used %.0f ms of CPU in 400 ms", used * 1e3);
+    run_and_check(t, p, 8); /* sleeping workers wake for the next run */
+    dsr1_pool_free(p);
+    double w0 = wall_s();
+    for (int i = 0; i < 300; i++) {
+        p = NULL;
+        CHECK_OK(dsr1_pool_create(&p, 2, &err), &err);
+        if (!p) break;
+        run_and_check(t, p, 3);
+        dsr1_pool_free(p);
+    }
+    double took = wall_s() - w0;
+    CHECKF(took < 1.5, "300 pools made, run and freed in %.2f s: freeing waits for spinning workers", took);
 }

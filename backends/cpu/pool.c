@@ -10,9 +10,12 @@
  * Invariants: which thread runs a task never changes a result (kernels give
  * each task a fixed set of outputs). A run's fields (fn, ctx, ntasks) are
  * written before `gen` is bumped under the mutex and not touched again until
- * every worker has decremented `busy`. Workers spin briefly before sleeping
- * on the condition variable: a decode step issues hundreds of short runs, and
- * a futex wake per run costs more than the work of a small matmul.
+ * every worker has decremented `busy`. Waiters (workers between runs, the
+ * caller for the last task) spin before they sleep on a condition variable,
+ * for up to POOL_SPIN_NS: a decode step issues about a hundred runs with
+ * short gaps between them, and a futex wake per run costs more than the work
+ * of a small matmul; a pool left idle (chat waiting for the user) sleeps
+ * after that long.
  */
 #include "kernels.h"
 #include "matmul_impl.h"
@@ -21,11 +24,22 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 
-/* Spin iterations before sleeping (each a pause instruction, tens of ns:
- * short, because when threads outnumber free cores a spinning waiter steals
- * the core from the thread it waits for). */
+/* How long a waiter spins before it sleeps. Not only the wake-up's cost:
+ * on the (virtual) machines here a CPU that goes idle between runs - a
+ * futex sleep, the vCPU halted - costs memory bandwidth in the runs after,
+ * as if the host slowed it down. Decode at batch 1 (INT8 R1-shape file,
+ * Zen 4 VM, 2 threads, 8 interleaved rounds each): spinning about 35 us
+ * (the 2000 pauses before) ~2000 sleeps in a 64-token run, 10.3-13.2
+ * tok/s, median 11.7; spinning up to 10 ms ~300 sleeps (the load's and the
+ * bandwidth probe's pauses), 11.0-16.0, median 14.5, the 15-16 tok/s
+ * level (45 GB/s) in 5 of 8 rounds, where the short spin reached it in
+ * none of 35. After POOL_SPIN pure pauses the spin yields the CPU between
+ * checks, so when threads outnumber free cores a spinning waiter does not
+ * keep the thread it waits for from running. */
 #define POOL_SPIN 2000
+#define POOL_SPIN_NS 10000000
 
 struct dsr1_pool {
     int n;                   /* threads including the caller */
@@ -36,6 +50,7 @@ struct dsr1_pool {
     atomic_int next;         /* next task index to claim */
     atomic_int busy;         /* workers not yet finished with this run */
     int stop;                /* under mu: workers exit */
+    atomic_int quit;         /* the same, for spinning workers */
     void (*fn)(void *, int, int);
     void *ctx;
     int ntasks;
@@ -65,13 +80,38 @@ static void claim_tasks(dsr1_pool *p)
     }
 }
 
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Spin until gen != seen (gen given) or busy == 0 (else), for at most
+ * POOL_SPIN_NS; 1 when that happened, 0 when the caller should sleep. */
+static int spin_until(dsr1_pool *p, const atomic_uint *gen, unsigned seen)
+{
+#define POOL_DONE() (gen ? atomic_load(gen) != seen || atomic_load(&p->quit) : atomic_load(&p->busy) == 0)
+    for (int i = 0; i < POOL_SPIN; i++) {
+        if (POOL_DONE()) return 1;
+        cpu_relax();
+    }
+    int64_t end = mono_ns() + POOL_SPIN_NS;
+    do {
+        for (int i = 0; i < 64; i++) {
+            if (POOL_DONE()) return 1;
+            cpu_relax();
+        }
+        sched_yield();
+    } while (mono_ns() < end);
+    return POOL_DONE();
+#undef POOL_DONE
+}
+
 /* Wait until gen differs from seen (or stop); returns 0 on stop. */
 static int wait_for_run(dsr1_pool *p, unsigned seen)
 {
-    for (int i = 0; i < POOL_SPIN; i++) {
-        if (atomic_load(&p->gen) != seen) return 1;
-        cpu_relax();
-    }
+    if (spin_until(p, &p->gen, seen)) return !atomic_load(&p->quit);
     pthread_mutex_lock(&p->mu);
     while (atomic_load(&p->gen) == seen && !p->stop) pthread_cond_wait(&p->wake, &p->mu);
     int stop = p->stop;
@@ -170,6 +210,7 @@ void dsr1_pool_free(dsr1_pool *p)
     if (!p) return;
     pthread_mutex_lock(&p->mu);
     p->stop = 1;
+    atomic_store(&p->quit, 1);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
     for (int i = 1; i < p->n && p->threads; i++) pthread_join(p->threads[i - 1], NULL);
@@ -201,7 +242,7 @@ void dsr1_pool_run(dsr1_pool *p, void (*fn)(void *ctx, int task, int ntasks), vo
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
     claim_tasks(p);
-    for (int i = 0; i < POOL_SPIN && atomic_load(&p->busy) != 0; i++) cpu_relax();
+    (void)spin_until(p, NULL, 0);
     pthread_mutex_lock(&p->mu);
     while (atomic_load(&p->busy) != 0) pthread_cond_wait(&p->done, &p->mu);
     pthread_mutex_unlock(&p->mu);
