@@ -560,6 +560,25 @@ DSR1_TEST(kernels_int4_w4a8_matches_portable)
     dsr1_pool_free(pool);
 }
 
+/* int_matches_portable on INT8 matrices (one scale per row) of each shape
+ * {rows, cols}, x with 3 columns of padding, on a pool of 2; seeds from seed. */
+static void int8_shapes_match(dsr1_test_ctx *t, const int64_t (*shapes)[2], int nshapes,
+                              const int *ns, int nn, uint64_t seed, const char *kind)
+{
+    dsr1_pool *pool = NULL;
+    dsr1_error err = {0};
+    CHECK_OK(dsr1_pool_create(&pool, 2, &err), &err);
+    for (int si = 0; si < nshapes; si++) {
+        int64_t rows = shapes[si][0], cols = shapes[si][1], ldx = cols + 3;
+        tmat m = dsr1_test_mat(DSR1_T_INT8, rows, cols, 0, seed + 2 * (uint64_t)si);
+        float *x = make_x(300, ldx, seed + 2 * (uint64_t)si + 1);
+        int_matches_portable(t, &m, x, ldx, ns, nn, pool, kind);
+        free(x);
+        dsr1_test_mat_free(&m);
+    }
+    dsr1_pool_free(pool);
+}
+
 /* W8A8 with one scale per row, more than 4 tokens: rows in lanes
  * (matmul_lanes_avx512.c, columns a multiple of 64) and the lanes-as-columns
  * panel (other columns) against the portable kernel, bit for bit: rows
@@ -575,18 +594,7 @@ DSR1_TEST(kernels_int8_w8a8_lanes_matches_portable)
         DSR1_SKIP("no AVX-512 BF16/VNNI kernels on this CPU: %s", "dsr1_matmul would be the portable kernel compared with itself");
     static const int ns[] = {5, 7, 23, 24, 64, 300};
     static const int64_t shapes[][2] = {{37, 192}, {45, 1600}, {21, 4160}, {40, 200}};
-    dsr1_pool *pool = NULL;
-    dsr1_error err = {0};
-    CHECK_OK(dsr1_pool_create(&pool, 2, &err), &err);
-    for (int si = 0; si < 4; si++) {
-        int64_t rows = shapes[si][0], cols = shapes[si][1], ldx = cols + 3;
-        tmat m = dsr1_test_mat(DSR1_T_INT8, rows, cols, 0, 81 + (uint64_t)si);
-        float *x = make_x(300, ldx, 82 + (uint64_t)si);
-        int_matches_portable(t, &m, x, ldx, ns, 6, pool, "W8A8");
-        free(x);
-        dsr1_test_mat_free(&m);
-    }
-    dsr1_pool_free(pool);
+    int8_shapes_match(t, shapes, 4, ns, 6, 81, "W8A8");
 }
 
 /* W8A8 with one scale per row, 1-4 tokens: the row-by-row GEMV (n <= 2,
@@ -603,18 +611,7 @@ DSR1_TEST(kernels_int8_w8a8_gemv_matches_portable)
     static const int ns[] = {1, 2, 3, 4};
     static const int64_t shapes[][2] = {{37, 2048}, {45, 192}, {21, 4160}, {40, 200},
                                         {13, 50},   {29, 2112}};
-    dsr1_pool *pool = NULL;
-    dsr1_error err = {0};
-    CHECK_OK(dsr1_pool_create(&pool, 2, &err), &err);
-    for (int si = 0; si < 6; si++) {
-        int64_t rows = shapes[si][0], cols = shapes[si][1], ldx = cols + 3;
-        tmat m = dsr1_test_mat(DSR1_T_INT8, rows, cols, 0, 91 + (uint64_t)si);
-        float *x = make_x(300, ldx, 92 + (uint64_t)si);
-        int_matches_portable(t, &m, x, ldx, ns, 4, pool, "W8A8 GEMV");
-        free(x);
-        dsr1_test_mat_free(&m);
-    }
-    dsr1_pool_free(pool);
+    int8_shapes_match(t, shapes, 6, ns, 4, 91, "W8A8 GEMV");
 }
 
 /* The W4A8 order of matmul_impl.h written out here from its text: x
