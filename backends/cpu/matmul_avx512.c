@@ -1340,18 +1340,20 @@ static void rows_int8_panel(const dsr1_mm_job *j, int64_t r0, int64_t r1)
  * to back, so a task's weights are read as one sequential stream. The
  * 4-row tiles of rows_int8 below read four rows side by side: four
  * streams, which this machine's prefetchers follow worse, the worse the
- * shorter the rows (/tmp harness, n = 1, 2 threads, Zen 4, the matrices
- * from DRAM, each round against a plain read loop run right after it:
- * 7168x2048 (an expert's down projection) 0.76-0.82 of the read loop's
- * rate with tiles, 0.97-1.03 this way; 24576x1536 (q_b) 0.61-0.77 and
- * 0.94-0.96; 32768x512 0.53-0.58 and 0.96-0.98; 2048x7168 0.91-0.96 and
- * 0.98-1.01). The dots are exact integers, so the order of the sums does
- * not matter: U accumulators per token break the dependency chain. Each
- * line is asked for GEMV_PF bytes ahead into L2 (no prefetch: 0.79-0.90).
+ * shorter the rows. A /tmp harness (dsr1_matmul at n = 1 over 1 GB of
+ * matrices in DRAM, 2 threads, AMD EPYC Zen 4; each round as a ratio to
+ * a plain read loop run right after it; the build before and this one
+ * alternated, 3 rounds each, one run): 7168x2048 (an expert's down
+ * projection) 0.67-0.85 tiled, 0.92-1.00 this way; 24576x1536 (q_b)
+ * 0.73-0.82 and 0.88-1.02; 32768x512 0.53-0.58 and 0.98-1.04; 2048x7168
+ * even (0.94-1.02 and 0.77-1.00). The dots are exact integers, so the
+ * order of the sums does not matter: u accumulators per token break the
+ * dependency chain. Each line is asked for GEMV_PF bytes ahead into L2
+ * (a prototype without it: 0.74-0.90 on the longer shapes).
  * With 3 or 4 tokens of long rows the tiles stay: x then fills most of
  * L1 and is loaded once per row instead of once per 4 rows (2048x7168,
  * n = 3-4: 0.61-0.72 this way, 0.75-0.86 tiled); with x up to 8 KiB the
- * two are even or this one ahead (7168x2048, n = 3: 0.87-0.96 vs 0.69-0.84). */
+ * two are even or this one ahead (7168x2048, n = 3: 0.90-0.94 vs 0.69-0.84). */
 #define GEMV_PF 2048
 INLINE void gemv_i8_row(const int nt, const int8_t *row, int64_t cols, const int8_t *xq,
                         int64_t ldx, int32_t dot[4])

@@ -30,14 +30,15 @@
  * on the (virtual) machines here a CPU that goes idle between runs - a
  * futex sleep, the vCPU halted - costs memory bandwidth in the runs after,
  * as if the host slowed it down. Decode at batch 1 (INT8 R1-shape file,
- * Zen 4 VM, 2 threads, 8 interleaved rounds each): spinning about 35 us
- * (the 2000 pauses before) ~2000 sleeps in a 64-token run, 10.3-13.2
- * tok/s, median 11.7; spinning up to 10 ms ~300 sleeps (the load's and the
- * bandwidth probe's pauses), 11.0-16.0, median 14.5, the 15-16 tok/s
- * level (45 GB/s) in 5 of 8 rounds, where the short spin reached it in
- * none of 35. After POOL_SPIN pure pauses the spin yields the CPU between
- * checks, so when threads outnumber free cores a spinning waiter does not
- * keep the thread it waits for from running. */
+ * AMD EPYC Zen 4 VM, 2 threads, 8 interleaved rounds each, one run):
+ * with only the 2000 pauses before (tens of us) ~2000 context switches in
+ * a 64-token run, 10.3-13.2 tok/s, median 11.7; spinning up to 10 ms ~300
+ * (the load's and the bandwidth probe's pauses), 11.0-16.0, median 14.5,
+ * at 15-16 tok/s (45 GB/s) in 4 of 8 rounds, where the short spin's best
+ * in about 40 rounds that session was 13.2. After POOL_SPIN pure pauses
+ * the spin yields the CPU between checks, so when threads outnumber free
+ * cores a spinning waiter does not keep the thread it waits for from
+ * running. */
 #define POOL_SPIN 2000
 #define POOL_SPIN_NS 10000000
 
