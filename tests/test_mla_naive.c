@@ -239,3 +239,56 @@ DSR1_TEST(mla_naive_transpose_avx512)
         free(dst);
     }
 }
+
+/* The two products (naive_avx512.c) against double sums, both functions on
+ * one shape: ragged token tiles (1, 5, 7, 64: 6-token tiles), widths with
+ * and without 16- and 32-lane tails (positions 1, 17, 33, 150; value
+ * columns 16, 20, 128; key widths 32 and 192), strides past the widths;
+ * each output within 1e-5 of the sum of its terms' magnitudes, and nothing
+ * written between rows (the output's padding keeps its -7). */
+DSR1_TEST(mla_naive_products_avx512)
+{
+    if (!dsr1_mm_avx512_usable()) DSR1_SKIP("no AVX-512 kernels on this CPU");
+    static const int shapes[][4] = {/* n, pb, qk, vd */
+                                    {1, 1, 32, 16},  {5, 17, 32, 20},   {7, 33, 192, 128},
+                                    {64, 150, 192, 128}, {6, 150, 32, 16}};
+    unsigned sd = 53;
+    for (int si = 0; si < 5; si++) {
+        const int n = shapes[si][0], pb = shapes[si][1], qk = shapes[si][2], vd = shapes[si][3];
+        const int64_t ldq = qk + 3, ldkt = pb + 5, lds = pb + 2, ldv = vd + 9, ldo = vd + 4;
+        float *q = malloc((size_t)n * ldq * 4), *kt = malloc((size_t)qk * ldkt * 4);
+        float *s = malloc((size_t)n * lds * 4), *v = malloc((size_t)pb * ldv * 4);
+        float *o = malloc((size_t)n * ldo * 4);
+        for (int64_t i = 0; i < n * ldq; i++) q[i] = frand1(&sd);
+        for (int64_t i = 0; i < qk * ldkt; i++) kt[i] = frand1(&sd);
+        for (int64_t i = 0; i < pb * ldv; i++) v[i] = frand1(&sd);
+        for (int64_t i = 0; i < n * lds; i++) s[i] = -7.0f;
+        for (int64_t i = 0; i < n * ldo; i++) o[i] = -7.0f;
+        dsr1_naive_scores_avx512(q, ldq, n, kt, ldkt, qk, pb, s, lds);
+        dsr1_naive_values_avx512(s, lds, n, v, ldv, vd, pb, o, ldo);
+        int bad = 0, spill = 0;
+        for (int tk = 0; tk < n; tk++) {
+            for (int p = 0; p < pb; p++) {
+                double want = 0, mag = 0;
+                for (int d = 0; d < qk; d++) {
+                    want += (double)q[tk * ldq + d] * kt[d * ldkt + p];
+                    mag += fabs((double)q[tk * ldq + d] * kt[d * ldkt + p]);
+                }
+                bad += !(fabs(s[tk * lds + p] - want) <= 1e-5 * mag);
+            }
+            for (int d = 0; d < vd; d++) {
+                double want = 0, mag = 0;
+                for (int p = 0; p < pb; p++) {
+                    want += (double)s[tk * lds + p] * v[p * ldv + d];
+                    mag += fabs((double)s[tk * lds + p] * v[p * ldv + d]);
+                }
+                bad += !(fabs(o[tk * ldo + d] - want) <= 1e-5 * mag);
+            }
+            for (int64_t p = pb; p < lds; p++) spill += s[tk * lds + p] != -7.0f;
+            for (int64_t d = vd; d < ldo; d++) spill += o[tk * ldo + d] != -7.0f;
+        }
+        CHECKF(!bad && !spill, "n %d, %d positions, qk %d, vd %d: %d outputs off, %d written past a row",
+               n, pb, qk, vd, bad, spill);
+        free(q), free(kt), free(s), free(v), free(o);
+    }
+}

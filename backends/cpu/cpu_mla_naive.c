@@ -76,12 +76,54 @@ typedef struct naive_job {
     const dsr1_mla_args *a;
     const float *q, *kpe, *e;  /* queries (ldq), rope keys (ldk), expansion (lde) */
     float *out, *scr;          /* out (ldo); per-task scratch, scr_per floats each */
-    int64_t ldq, ldk, lde, ldo;
+    int64_t ldq, ldk, lde, ldo, ldkt; /* ldkt: kt's row stride (pad_ld(P)) */
     size_t scr_per;
     int g0, gn, t0, t1, P, nt;
     void (*softmax)(float *s, int valid, int width, float scale);
-    int avx512;                /* dsr1_transpose_f32_avx512 usable */
+    int avx512;                /* naive_avx512.c usable */
 } naive_job;
+
+/* A row stride of at least n floats that is no multiple of 1 KiB: the
+ * products read a column of 16 or 32 lanes from row after row, and rows a
+ * multiple of 4 KiB apart share one L1 set (8 ways). With P = 2048 (an
+ * 8 KiB stride for the keys, 8 heads' expansion for the values) the
+ * products ran no faster than through dsr1_matmul. */
+static int64_t pad_ld(int64_t n)
+{
+    n = (n + 15) & ~(int64_t)15;
+    return n % 256 ? n : n + 16;
+}
+
+/* Positions a tile of cnt tokens attends to: up to its furthest. */
+static int tile_span(const int32_t *pos, int cnt)
+{
+    int pb = 0;
+    for (int i = 0; i < cnt; i++) pb = pos[i] + 1 > pb ? pos[i] + 1 : pb;
+    return pb;
+}
+
+/* One head on AVX-512 (naive_avx512.c): the keys [k_nope | k_pe]
+ * transposed into kt ([qk][ldkt]) once, then per tile the scores against
+ * kt, the softmax, and the values straight from the expansion's rows (no
+ * transpose). Against the dsr1_matmul path below, 3 interleaved rounds
+ * (INT8 R1-shape file, Zen 4, 2 threads): prefill 2048 133.0-137.1 ->
+ * 139.6-147.8 tok/s, prefill 512 166.5-171.5 -> 168.2-175.3. */
+static void naive_head_avx512(const naive_job *j, int h, const float *eh, float *kt)
+{
+    const dsr1_mla_args *a = j->a;
+    const int32_t *pos = j->w->step.pos;
+    const int nope = a->qk_nope, rope = a->rope_dim, v = a->v_dim, qk = nope + rope, P = j->P;
+    float *s = kt + (size_t)qk * (size_t)j->ldkt; /* [NAIVE_TT][pb] */
+    dsr1_transpose_f32_avx512(eh, j->lde, P, nope, kt, j->ldkt);
+    dsr1_transpose_f32_avx512(j->kpe, j->ldk, P, rope, kt + (size_t)nope * j->ldkt, j->ldkt);
+    for (int t = j->t0; t < j->t1; t += NAIVE_TT) {
+        const int cnt = j->t1 - t < NAIVE_TT ? j->t1 - t : NAIVE_TT, pb = tile_span(pos + t, cnt);
+        dsr1_naive_scores_avx512(j->q + t * j->ldq + (int64_t)h * qk, j->ldq, cnt, kt, j->ldkt, qk, pb, s, pb);
+        for (int i = 0; i < cnt; i++) j->softmax(s + (size_t)i * pb, pos[t + i] + 1, pb, a->scale);
+        dsr1_naive_values_avx512(s, pb, cnt, eh + nope, j->lde, v, pb, j->out + t * j->ldo + (int64_t)h * v,
+                                 j->ldo);
+    }
+}
 
 /* Task k: heads [g0 + k gn / nt, g0 + (k+1) gn / nt), on the k-th
  * one-thread pool (its matmul scratch). */
@@ -99,35 +141,26 @@ static void naive_task(void *ctx, int k, int nt)
     for (int hl = j->gn * k / j->nt; hl < j->gn * (k + 1) / j->nt; hl++) {
         int h = j->g0 + hl;
         const float *eh = j->e + (size_t)hl * (size_t)(nope + v);
+        if (j->avx512) {
+            naive_head_avx512(j, h, eh, j->scr + (size_t)k * j->scr_per);
+            continue;
+        }
         for (int p = 0; p < P; p++) {
             memcpy(kh + (size_t)p * qk, eh + p * j->lde, (size_t)nope * sizeof(float));
             memcpy(kh + (size_t)p * qk + nope, j->kpe + p * j->ldk, (size_t)rope * sizeof(float));
         }
         for (int t = j->t0; t < j->t1; t += NAIVE_TT) {
-            int cnt = j->t1 - t < NAIVE_TT ? j->t1 - t : NAIVE_TT, pb = 0;
-            for (int i = 0; i < cnt; i++) pb = pos[t + i] + 1 > pb ? pos[t + i] + 1 : pb;
+            int cnt = j->t1 - t < NAIVE_TT ? j->t1 - t : NAIVE_TT, pb = tile_span(pos + t, cnt);
             dsr1_wmat km = {.type = DSR1_T_F32, .rows = pb, .cols = qk, .data = kh};
             dsr1_matmul(hp, &km, j->q + t * j->ldq + (int64_t)h * qk, j->ldq, s, pb, cnt,
                         DSR1_ACT_F32);
             for (int i = 0; i < cnt; i++)
                 j->softmax(s + (size_t)i * pb, pos[t + i] + 1, pb, a->scale);
-            /* v transposed in 16x16 blocks (whole lines in and out). One
-             * float at a time in position-major order, stored with a stride
-             * of pb floats (often a multiple of 1024 here, so the 128 rows
-             * fell in one L1 set), took 12% of a 2048-token prefill's
-             * samples (perf, INT8 R1 shapes, Zen 4, 2 threads); 16-position
-             * runs 6.9%, these blocks 2.6%. Prefill 2048, interleaved: the
-             * runs 1.09-1.10x the loop before; the blocks against the runs
-             * 0.97x and 1.02x, within the machine's noise. */
-            if (j->avx512) {
-                dsr1_transpose_f32_avx512(eh + nope, j->lde, pb, v, vt, pb);
-            } else {
-                for (int p0 = 0; p0 < pb; p0 += 16) {
-                    const int pe = p0 + 16 < pb ? p0 + 16 : pb;
-                    for (int d = 0; d < v; d++) {
-                        float *o = vt + (size_t)d * pb;
-                        for (int p = p0; p < pe; p++) o[p] = eh[p * j->lde + nope + d];
-                    }
+            for (int p0 = 0; p0 < pb; p0 += 16) {
+                const int pe = p0 + 16 < pb ? p0 + 16 : pb;
+                for (int d = 0; d < v; d++) {
+                    float *o = vt + (size_t)d * pb;
+                    for (int p = p0; p < pe; p++) o[p] = eh[p * j->lde + nope + d];
                 }
             }
             dsr1_wmat vm = {.type = DSR1_T_F32, .rows = v, .cols = pb, .data = vt};
@@ -156,8 +189,9 @@ int dsr1_cpu_mla_naive(cpu_ws *w, const dsr1_mla_args *a, dsr1_act act, int t0, 
     int nth = dsr1_pool_size(pool);
     int nt = nth < w->n_hpools ? nth : w->n_hpools;
     if (nt > G) nt = G;
-    size_t per = (size_t)P * (size_t)(nope + rope + NAIVE_TT + v);
-    size_t need = (size_t)P * (size_t)row + (size_t)P * (size_t)G * (size_t)hw + (size_t)nt * per;
+    const int64_t ldkt = pad_ld(P), lde_cap = (int64_t)G * hw + 32; /* pad_ld(gn hw) <= lde_cap */
+    size_t per = (size_t)ldkt * (size_t)(nope + rope + NAIVE_TT + v);
+    size_t need = (size_t)P * (size_t)row + (size_t)P * (size_t)lde_cap + (size_t)nt * per;
     if (need > w->nv_cap) {
         free(w->nv);
         w->nv_cap = 0;
@@ -173,8 +207,8 @@ int dsr1_cpu_mla_naive(cpu_ws *w, const dsr1_mla_args *a, dsr1_act act, int t0, 
         memcpy(lat, k.data, (size_t)P * (size_t)row * sizeof(float));
     }
     naive_job j = {.w = w, .a = a, .q = dsr1_cpu_ptr(a->q), .kpe = lat + r, .e = e,
-                   .out = dsr1_cpu_ptr(a->out), .scr = e + (size_t)P * (size_t)G * (size_t)hw,
-                   .ldq = a->q.ld, .ldk = row, .ldo = a->out.ld, .scr_per = per,
+                   .out = dsr1_cpu_ptr(a->out), .scr = e + (size_t)P * (size_t)lde_cap,
+                   .ldq = a->q.ld, .ldk = row, .ldo = a->out.ld, .ldkt = ldkt, .scr_per = per,
                    .t0 = t0, .t1 = t1, .P = P,
                    .softmax = dsr1_pool_avx512(pool) ? dsr1_cpu_softmax_row_avx512
                                                      : dsr1_cpu_softmax_row,
@@ -183,8 +217,8 @@ int dsr1_cpu_mla_naive(cpu_ws *w, const dsr1_mla_args *a, dsr1_act act, int t0, 
         dsr1_wmat part;
         j.g0 = g0;
         j.gn = H - g0 < G ? H - g0 : G;
-        j.lde = (int64_t)j.gn * hw;
-        DSR1_ASSERT(dsr1_wmat_rows(kvb, (int64_t)g0 * hw, j.lde, &part));
+        j.lde = pad_ld((int64_t)j.gn * hw);
+        DSR1_ASSERT(dsr1_wmat_rows(kvb, (int64_t)g0 * hw, (int64_t)j.gn * hw, &part));
         dsr1_matmul(pool, &part, lat, row, e, j.lde, P, act);
         j.nt = nt < j.gn ? nt : j.gn;
         dsr1_pool_run(pool, naive_task, &j, j.nt);

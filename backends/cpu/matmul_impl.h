@@ -164,6 +164,13 @@ void dsr1_mm_rows_int8_lanes_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1
  * blocks through registers, whole lines loaded and stored. */
 void dsr1_transpose_f32_avx512(const float *src, int64_t lds, int rows, int cols, float *dst,
                                int64_t ldd);
+/* naive_avx512.c, the naive MLA form's products for n tokens (any n, pb,
+ * qk, vd; rows at the strides given): s[t][p] = sum_d q[t][d] kt[d][p]
+ * for p < pb, and out[t][d] = sum_p s[t][p] v[p][d] for d < vd. */
+void dsr1_naive_scores_avx512(const float *q, int64_t ldq, int n, const float *kt, int64_t ldkt,
+                              int qk, int pb, float *s, int64_t lds);
+void dsr1_naive_values_avx512(const float *s, int64_t lds, int n, const float *v, int64_t ldv, int vd,
+                              int pb, float *out, int64_t ldo);
 /* FP8 as W8A8's order (j->xgs set, INT8 weights with one scale per row,
  * n >= 24, columns a multiple of 64). */
 void dsr1_mm_rows_int8g_lanes_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1);
