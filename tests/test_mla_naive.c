@@ -214,7 +214,7 @@ DSR1_TEST(mla_naive_softmax_avx512)
     }
 }
 
-/* The values' transpose (dsr1_transpose_f32_avx512): every element in its
+/* The keys' transpose (dsr1_transpose_f32_avx512): every element in its
  * place for shapes with and without 16-wide tails, strided source and
  * destination, nothing written outside the destination's rows. */
 DSR1_TEST(mla_naive_transpose_avx512)
@@ -246,6 +246,18 @@ DSR1_TEST(mla_naive_transpose_avx512)
  * columns 16, 20, 128; key widths 32 and 192), strides past the widths;
  * each output within 1e-5 of the sum of its terms' magnitudes, and nothing
  * written between rows (the output's padding keeps its -7). */
+/* 1 when got is further than 1e-5 of the terms' magnitudes from the
+ * double sum of a[i * sa] * b[i * sb], i < k. */
+static int dot_off(const float *a, int64_t sa, const float *b, int64_t sb, int k, float got)
+{
+    double want = 0, mag = 0;
+    for (int i = 0; i < k; i++) {
+        want += (double)a[i * sa] * b[i * sb];
+        mag += fabs((double)a[i * sa] * b[i * sb]);
+    }
+    return !(fabs(got - want) <= 1e-5 * mag);
+}
+
 DSR1_TEST(mla_naive_products_avx512)
 {
     if (!dsr1_mm_avx512_usable()) DSR1_SKIP("no AVX-512 kernels on this CPU");
@@ -268,22 +280,8 @@ DSR1_TEST(mla_naive_products_avx512)
         dsr1_naive_values_avx512(s, lds, n, v, ldv, vd, pb, o, ldo);
         int bad = 0, spill = 0;
         for (int tk = 0; tk < n; tk++) {
-            for (int p = 0; p < pb; p++) {
-                double want = 0, mag = 0;
-                for (int d = 0; d < qk; d++) {
-                    want += (double)q[tk * ldq + d] * kt[d * ldkt + p];
-                    mag += fabs((double)q[tk * ldq + d] * kt[d * ldkt + p]);
-                }
-                bad += !(fabs(s[tk * lds + p] - want) <= 1e-5 * mag);
-            }
-            for (int d = 0; d < vd; d++) {
-                double want = 0, mag = 0;
-                for (int p = 0; p < pb; p++) {
-                    want += (double)s[tk * lds + p] * v[p * ldv + d];
-                    mag += fabs((double)s[tk * lds + p] * v[p * ldv + d]);
-                }
-                bad += !(fabs(o[tk * ldo + d] - want) <= 1e-5 * mag);
-            }
+            for (int p = 0; p < pb; p++) bad += dot_off(q + tk * ldq, 1, kt + p, ldkt, qk, s[tk * lds + p]);
+            for (int d = 0; d < vd; d++) bad += dot_off(s + tk * lds, 1, v + d, ldv, pb, o[tk * ldo + d]);
             for (int64_t p = pb; p < lds; p++) spill += s[tk * lds + p] != -7.0f;
             for (int64_t d = vd; d < ldo; d++) spill += o[tk * ldo + d] != -7.0f;
         }
