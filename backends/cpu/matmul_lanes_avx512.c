@@ -163,6 +163,15 @@ INLINE void w4_prefetch(const dsr1_wmat *w, int64_t r, int64_t c)
     const char *pf = (const char *)w->data + (r + 16) * (w->cols / 2) + c * 8;
 #pragma GCC unroll 16
     for (int i = 0; i < 16; i++) _mm_prefetch(pf + i * 64, _MM_HINT_T1);
+    /* and the same share of the next block's scales (16 rows x ng
+     * halves, contiguous: 4096 / group bytes per 128 columns; first and
+     * last byte, as the share need not start a line). Without it each
+     * block's w4_scales waited on DRAM: 5% of an INT4 decode's samples,
+     * 72% of them on its loads; with it 3.2%, 29% (perf, Zen 4). */
+    const int64_t share = 4096 / w->group;
+    const char *ps = (const char *)w->scale + ((r + 16) * (w->cols / w->group) + c / 128 * share / 2) * 2;
+    for (int64_t o = 0; o < share; o += 64) _mm_prefetch(ps + o, _MM_HINT_T1);
+    _mm_prefetch(ps + share - 1, _MM_HINT_T1);
 }
 
 /* 2 to 4 tokens: 16-row blocks, each streamed 128 columns at a time
