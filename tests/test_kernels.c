@@ -532,8 +532,8 @@ static void int_matches_portable(dsr1_test_ctx *t, const tmat *m, const float *x
 /* W4A8 on both INT4 layouts (groups of 32 with F16 scales, 128 with BF16),
  * odd rows, cols with a ragged last 128-column block (g32: 32, 64 or 96
  * columns of it) and several 512-column chunks, n = 1 (the one-token
- * kernel), 2, 3, 4 (the register GEMV), 5, 7, 64, 300 (the code panel:
- * ragged 6-token tiles, two token blocks) on 2 threads (16-row tasks) and
+ * kernel), 2, 3, 4, 5, 7, 8 (the register GEMV), 9, 64, 300 (the code
+ * panel: ragged 6-token tiles, two token blocks) on 2 threads (16-row tasks) and
  * on 1 (one task: 32-row panels, a ragged last one): the AVX-512 kernel
  * gives the portable kernel's bits, and every 13th token alone (1 thread)
  * gives its bits in the batch. */
@@ -541,7 +541,7 @@ DSR1_TEST(kernels_int4_w4a8_matches_portable)
 {
     if (!dsr1_mm_avx512_usable())
         DSR1_SKIP("no AVX-512 BF16/VNNI kernels on this CPU: %s", "dsr1_matmul would be the portable kernel compared with itself");
-    static const int ns[] = {1, 2, 3, 4, 5, 7, 64, 300};
+    static const int ns[] = {1, 2, 3, 4, 5, 7, 8, 9, 64, 300};
     static const int64_t shapes[][3] = {/* variant, rows, cols */
                                         {0, 37, 224}, {0, 21, 4160}, {1, 45, 640}, {1, 19, 4352},
                                         {0, 50, 1120}};
@@ -553,7 +553,7 @@ DSR1_TEST(kernels_int4_w4a8_matches_portable)
         int64_t rows = shapes[si][1], cols = shapes[si][2], ldx = cols + 5;
         tmat m = dsr1_test_mat(DSR1_T_INT4, rows, cols, variant, 61 + (uint64_t)si);
         float *x = make_x(300, ldx, 62 + (uint64_t)si);
-        int_matches_portable(t, &m, x, ldx, ns, 8, pool, "W4A8");
+        int_matches_portable(t, &m, x, ldx, ns, 10, pool, "W4A8");
         free(x);
         dsr1_test_mat_free(&m);
     }

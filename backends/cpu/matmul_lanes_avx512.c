@@ -34,8 +34,8 @@
  * (xp, dsr1_mm_w4_prep_avx512). The accumulators start from xg (-8 * the
  * token's sum of xq over the group), so they hold sum (q - 8) * xq.
  * One token: w4_gemv1 (lanes as columns, a reduction per group instead of
- * the transpose). 2 to 4 tokens: a 16-row block streams its rows 128
- * columns at a time through registers. More tokens go by blocks of W4_TB
+ * the transpose). 2 to 8 tokens (W4_GV_N): a 16-row block streams its
+ * rows 128 columns at a time through registers. More tokens go by blocks of W4_TB
  * tokens and chunks of W4_KC columns: a 32-row chunk is laid out once per
  * block in a code panel (16 KB, L1) with its scales as float vectors,
  * every tile of W4_NT tokens x 32 rows (12 int32 and 12 float
@@ -48,6 +48,7 @@
 #define W4_NT 6
 #define W4_TB 192
 #define W4_KC 512                   /* a multiple of 128 */
+#define W4_GV_N 8                   /* most tokens w4_gemv takes; the code panel above */
 
 /* 16x16 transpose of 32-bit elements: afterwards lane i of v[k] is what
  * lane k of v[i] was. */
@@ -174,9 +175,17 @@ INLINE void w4_prefetch(const dsr1_wmat *w, int64_t r, int64_t c)
     _mm_prefetch(ps + share - 1, _MM_HINT_T1);
 }
 
-/* 2 to 4 tokens: 16-row blocks, each streamed 128 columns at a time
+/* 2 to 8 tokens: 16-row blocks, each streamed 128 columns at a time
  * through registers (w4_block) while the next is prefetched; the scales
- * of 16 groups at a time go to sct. g32: groups of 32, else 128. */
+ * of 16 groups at a time go to sct. g32: groups of 32, else 128. Up to 8
+ * tokens since the code panel below builds and reads its panel for
+ * ragged 6-token tiles, which at 5-8 tokens cost more than the transpose
+ * here: the gemv harness (1 GB of R1-shape matrices, 2 threads, Zen 4,
+ * the two alternated), 2048x7168 and 7168x2048, from DRAM 17.0-17.3 ->
+ * 23.8-27.6 GB/s at n = 5, 14.8-15.6 -> 22.4-24.1 at 6, 13.1-13.4 ->
+ * 17.2-19.0 at 8; from L3 20.6 -> 26.5-27.1, 14.0-19.2 -> 27.2-27.9,
+ * 13.4-15.4 -> 18.9-19.2. Batch-8 decode of the INT4 file: 55.6-60.5 ->
+ * 65.0-70.6 tok/s (4 rounds each, alternated). */
 INLINE void w4_gemv(const int nt, const int g32, const dsr1_mm_job *j, int64_t r0, int64_t r1)
 {
     const dsr1_wmat *w = j->w;
@@ -185,8 +194,8 @@ INLINE void w4_gemv(const int nt, const int g32, const dsr1_mm_job *j, int64_t r
     _Alignas(64) float sct[16 * 16];
     for (int64_t r = r0; r < r1; r += 16) {
         const int pr = (int)(r1 - r < 16 ? r1 - r : 16);
-        __m512 acc[4];
-#pragma GCC unroll 4
+        __m512 acc[W4_GV_N];
+#pragma GCC unroll 8
         for (int b = 0; b < nt; b++) acc[b] = _mm512_setzero_ps();
         for (int64_t c = 0; c < w->cols; c += 128) {
             const int64_t gi0 = c / g;
@@ -200,14 +209,14 @@ INLINE void w4_gemv(const int nt, const int g32, const dsr1_mm_job *j, int64_t r
 #pragma GCC unroll 4
             for (int q = 0; q < ngr; q++) {
                 const int64_t gi = gi0 + q;
-                __m512i d[4];
-#pragma GCC unroll 4
+                __m512i d[W4_GV_N];
+#pragma GCC unroll 8
                 for (int b = 0; b < nt; b++) d[b] = _mm512_set1_epi32(j->xg[b * j->ldxg + gi]);
 #pragma GCC unroll 16
                 for (int kk = 0; kk < nk; kk++) {
                     const int k = (g32 ? 4 * q : 0) + kk;
                     const __m512i lo = w4_lo(v[k]), hi = w4_hi(v[k]);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
                     for (int b = 0; b < nt; b++) {
                         const int8_t *x = j->xp + b * j->ldxp + c + 8 * k;
                         d[b] = w4_dp(d[b], lo, x);
@@ -215,11 +224,11 @@ INLINE void w4_gemv(const int nt, const int g32, const dsr1_mm_job *j, int64_t r
                     }
                 }
                 const __m512 sv = _mm512_load_ps(sct + (gi % 16) * 16);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
                 for (int b = 0; b < nt; b++) acc[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d[b]), sv, acc[b]);
             }
         }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int b = 0; b < nt; b++) w4_store(j->y + b * j->ldy + r, pr, acc[b], j->xs[b]);
     }
 }
@@ -409,6 +418,14 @@ static void w4_gemv_any(const dsr1_mm_job *j, int64_t r0, int64_t r1, int g32)
     case 7: w4_gemv(3, 1, j, r0, r1); break;
     case 8: w4_gemv(4, 0, j, r0, r1); break;
     case 9: w4_gemv(4, 1, j, r0, r1); break;
+    case 10: w4_gemv(5, 0, j, r0, r1); break;
+    case 11: w4_gemv(5, 1, j, r0, r1); break;
+    case 12: w4_gemv(6, 0, j, r0, r1); break;
+    case 13: w4_gemv(6, 1, j, r0, r1); break;
+    case 14: w4_gemv(7, 0, j, r0, r1); break;
+    case 15: w4_gemv(7, 1, j, r0, r1); break;
+    case 16: w4_gemv(8, 0, j, r0, r1); break;
+    case 17: w4_gemv(8, 1, j, r0, r1); break;
     default: DSR1_ASSERT(!"w4a8 gemv tokens");
     }
 }
@@ -425,7 +442,7 @@ void dsr1_mm_rows_w4a8_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1)
         dsr1_mm_rows_portable(j, r0, r1);
         return;
     }
-    if (j->n <= 4) {
+    if (j->n <= W4_GV_N) {
         w4_gemv_any(j, r0, r1, g32);
         return;
     }
