@@ -512,10 +512,10 @@ static void matmul_run(dsr1_pool *p, const dsr1_wmat *w, const dsr1_wmat *up, co
     j.ldxp = (w->cols + 127) & ~(int64_t)127;
     j.ldxg = j.ldxp / 32;
     j.ldg = (w->cols + DSR1_MM_XG - 1) / DSR1_MM_XG;
-    /* FP8 in BF16 mode: x' of a scale block, all columns for up to 4
-     * tokens (GEMV), else one chunk for a block of tokens. */
+    /* FP8 in BF16 mode: x' of a scale block, all columns for up to
+     * DSR1_MM_FP8_GV tokens (GEMV), else one chunk for a block of tokens. */
     if (j.act == DSR1_ACT_BF16 && w->type == DSR1_T_FP8_E4M3)
-        j.task_bytes = n <= 4 ? (size_t)n * (size_t)j.ldxb * 2
+        j.task_bytes = n <= DSR1_MM_FP8_GV ? (size_t)n * (size_t)j.ldxb * 2
                               : (size_t)(n < DSR1_MM_FP8_TB ? n : DSR1_MM_FP8_TB) * DSR1_MM_FP8_LDP * 2 +
                                     DSR1_MM_BIG_BYTES;
     else if (j.act == DSR1_ACT_BF16 && n > 4)

@@ -94,13 +94,15 @@ typedef struct dsr1_mm_job {
 } dsr1_mm_job;
 
 /* Tokens per block of the FP8 BF16-mode x' buffer: task_mem holds
- * [n][ldxb] bf16 for n <= 4, else [min(n, DSR1_MM_FP8_TB)][DSR1_MM_FP8_LDP]
+ * [n][ldxb] bf16 for n <= DSR1_MM_FP8_GV (the GEMV), else
+ * [min(n, DSR1_MM_FP8_TB)][DSR1_MM_FP8_LDP]
  * followed by the decoded 64-row panel (DSR1_MM_BIG_BYTES).
  * The row stride is off a multiple of 4 KiB: rows 4 KiB apart share L1
  * sets, and a 6-token tile plus a 4-row weight tile would then contend
  * for one set. 128 tokens: the panel decode is shared by 22 token tiles
  * (64 tokens measured 18% slower at n = 256); a task holds 1 MiB. */
 #define DSR1_MM_FP8_TB 128
+#define DSR1_MM_FP8_GV 8 /* FP8 in BF16 mode: most tokens of the GEMV */
 #define DSR1_MM_FP8_LDP (DSR1_MM_KC_BF16 + 32)
 
 /* Rows of the dequantised weight panel that BF16 mode uses for more than
