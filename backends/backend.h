@@ -213,7 +213,8 @@ void dsr1_kv_decode_row(dsr1_kv_type t, const void *src, float scale, int row, f
  * positions 0..pos[t] of that slot (its own row written by this step).
  * Slot s's page p (positions [p * block, (p + 1) * block)) is page
  * page_table[s * max_pages + p] of kv. All arrays are host memory owned by
- * the caller and unchanged until step_end. */
+ * the caller and unchanged until step_end; the struct itself is not (the
+ * engine's lives on its stack): a backend copies what it keeps. */
 typedef struct dsr1_step {
     int n;
     const int32_t *ids, *pos, *seq;      /* [n] */

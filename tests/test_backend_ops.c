@@ -421,6 +421,9 @@ static void run_kv(dsr1_test_ctx *t, const char *name)
             dsr1_step st = {.n = n, .pos = pos, .seq = seq};
             dsr1_kvcache_step(kv, &st);
             CHECK_OK(b.be->step_begin(b.ws, &st, &err), &err);
+            /* the struct is the caller's again once step_begin returns (a
+             * stack one in core/forward.c); only the arrays stay put */
+            memset(&st, 0, sizeof st);
             b.be->write(b.ws, lat, ROW + 2, n, ROW + 2, lv);
             b.be->kv_store(b.ws, 1, lv, dsr1_view_at(lv, R));
             CHECK_OK(b.be->step_end(b.ws, &err), &err);

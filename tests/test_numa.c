@@ -295,7 +295,8 @@ DSR1_TEST(numa_moe_bit_identical)
 
 /* The tiny R1-layout model: logits of 9 tokens (one prefill, and one token
  * at a time) on 2 virtual nodes, with 2 and 1 threads, equal the one-node
- * run bit for bit, in both compute modes. */
+ * run bit for bit, in both compute modes. On the CPU backend by name: with
+ * a GPU, auto would pick it (and there is no NUMA split to describe). */
 DSR1_TEST(numa_model_logits_bit_identical)
 {
     const char *path = dsr1_test_tiny_model();
@@ -313,7 +314,7 @@ DSR1_TEST(numa_model_logits_bit_identical)
         size_t V = 0;
         struct { int threads, numa; } runs[] = {{2, 1}, {2, 2}, {1, 2}};
         for (int r = 0; r < 3; r++) {
-            dsr1_model_options o = {.compute = compute, .threads = runs[r].threads,
+            dsr1_model_options o = {.backend = "cpu", .compute = compute, .threads = runs[r].threads,
                                     .numa_nodes = runs[r].numa};
             dsr1_model *m = NULL;
             dsr1_error err;

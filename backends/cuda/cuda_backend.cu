@@ -587,7 +587,7 @@ static int cu_step_begin(void *ws, const dsr1_step *st, dsr1_error *err)
                          st->n, w->s.max_tokens);
     size_t tab = st->kv ? (size_t)st->max_seqs * (size_t)st->max_pages : 0;
     DSR1_TRY(grow_table(w, tab, err)); /* before any capture: allocation is not capturable */
-    w->step = st;
+    w->step = *st;
     w->n = st->n;
     w->max_pos = 0;
     for (int t = 0; st->pos && t < st->n; t++) w->max_pos = st->pos[t] > w->max_pos ? st->pos[t] : w->max_pos;

@@ -82,7 +82,7 @@ typedef struct cu_ws {
     int moe_k;               /* topk of the last moe call (moe_choice's row) */
     int32_t *d_ids, *d_pos, *d_seq, *d_table;
     size_t table_cap;        /* int32 entries d_table holds */
-    const dsr1_step *step;
+    dsr1_step step;          /* a copy: the caller's struct may be its stack (core/forward.c) */
     cu_kv kv;
     int has_kv;
     /* pinned staging: host arena, device mirror at the same offsets */

@@ -123,7 +123,7 @@ void cu_op_embed(void *ws, const dsr1_bweight *table, dsr1_view out)
     if (!w) return;
     SIGV(w, table);
     sig_view(w, out);
-    if (!w->step->ids) {
+    if (!w->step.ids) {
         cu_fail(w, DSR1_EINVAL, "%s embed: the step has no token ids", DSR1_GPU_NAME);
         return;
     }
@@ -159,7 +159,7 @@ void cu_op_rope(void *ws, dsr1_view x, int heads, int64_t hstride, int rope_dim,
     SIGV(w, rope_dim);
     SIGV(w, freqs);
     sig_view(w, x);
-    if (!w->step->pos) {
+    if (!w->step.pos) {
         cu_fail(w, DSR1_EINVAL, "%s rope: the step has no positions", DSR1_GPU_NAME);
         return;
     }
@@ -174,7 +174,7 @@ void cu_op_kv_store(void *ws, int layer, dsr1_view latent, dsr1_view pe)
     SIGV(w, layer);
     sig_view(w, latent);
     sig_view(w, pe);
-    if (!w->has_kv || !w->step->pos || !w->step->seq) {
+    if (!w->has_kv || !w->step.pos || !w->step.seq) {
         cu_fail(w, DSR1_EINVAL, "%s kv_store: the step has no cache, positions or slots", DSR1_GPU_NAME);
         return;
     }
@@ -257,7 +257,7 @@ void cu_op_mla_attention(void *ws, const dsr1_mla_args *a, dsr1_act act)
     SIGV(w, a->wv);
     sig_view(w, a->q);
     sig_view(w, a->out);
-    if (!w->has_kv || !w->step->pos || !w->step->seq || a->n != w->n || H > w->s.n_heads || r > w->s.kv_lora_rank ||
+    if (!w->has_kv || !w->step.pos || !w->step.seq || a->n != w->n || H > w->s.n_heads || r > w->s.kv_lora_rank ||
         a->wk_t->m.count != H || a->wv->m.count != H || row != w->kv.row) {
         cu_fail(w, DSR1_EINVAL, "%s attention: %d tokens x %d heads, rank %d: does not match the step "
                 "(%d tokens), workspace or cache", DSR1_GPU_NAME, a->n, H, r, w->n);
