@@ -178,10 +178,11 @@ static int make_mat(bench_mat *m, dsr1_type type, int64_t rows, int64_t cols)
 
 /* One call: dsr1_matmul, or with dn the oneDNN path (-1 if it refused). */
 static int one_call(dsr1_pool *pool, dsr1_dnnl *dn, const bench_mat *m, const float *x, float *y,
-                    int n, dsr1_act act)
+                    int n, dsr1_act act, int noamx)
 {
     if (dn) return dsr1_dnnl_matmul(dn, pool, &m->w, x, m->w.cols, y, m->w.rows, n);
-    dsr1_matmul(pool, &m->w, x, m->w.cols, y, m->w.rows, n, act);
+    if (noamx) dsr1_matmul_noamx(pool, &m->w, x, m->w.cols, y, m->w.rows, n, act);
+    else dsr1_matmul(pool, &m->w, x, m->w.cols, y, m->w.rows, n, act);
     return 0;
 }
 
@@ -189,13 +190,13 @@ static int one_call(dsr1_pool *pool, dsr1_dnnl *dn, const bench_mat *m, const fl
  * twice, after one warm-up call), report the fastest; -1 if the oneDNN
  * path refused the shape. */
 static double time_matmul(dsr1_pool *pool, dsr1_dnnl *dn, const bench_mat *m, const float *x,
-                          float *y, int n, dsr1_act act, double budget)
+                          float *y, int n, dsr1_act act, int noamx, double budget)
 {
-    if (one_call(pool, dn, m, x, y, n, act)) return -1;
+    if (one_call(pool, dn, m, x, y, n, act, noamx)) return -1;
     double best = 1e30, start = dsr1_common_now();
     for (int k = 0; k < 2 || dsr1_common_now() - start < budget; k++) {
         double t0 = dsr1_common_now();
-        one_call(pool, dn, m, x, y, n, act);
+        one_call(pool, dn, m, x, y, n, act, noamx);
         double t = dsr1_common_now() - t0;
         if (t < best) best = t;
         if (k > 200) break;
@@ -204,7 +205,8 @@ static double time_matmul(dsr1_pool *pool, dsr1_dnnl *dn, const bench_mat *m, co
 }
 
 /* act columns: dsr1_act values 0-2, then DSR1_ACT_INT8_FAST (FP8 as W8A8,
- * the fast mode's prefill), then the oneDNN path */
+ * the fast mode's prefill), then the oneDNN path; with AMX the W8A8 rows
+ * run on its tiles and "i8vnni" / "w8vnni" are the same without them */
 static const char *act_names[] = {"f32", "bf16", "int8", "w8a8", "onednn"};
 
 typedef struct kernel_opts {
@@ -285,10 +287,11 @@ static int parse_kernel_opts(int argc, char **argv, kernel_opts *o)
  * path (act column "onednn", %peak against the bf16 peak). */
 static void kernel_line(dsr1_pool *pool, dsr1_dnnl *dn, const bench_mat *m, const float *x,
                         float *y, int n, dsr1_act act, const kernel_opts *o, double membw,
-                        const double peak[3])
+                        const double peak[3], int noamx)
 {
-    double s = time_matmul(pool, dn, m, x, y, n, act, o->quick ? 0.05 : 0.4);
-    const char *name = act_names[dn ? 4 : act];
+    double s = time_matmul(pool, dn, m, x, y, n, act, noamx, o->quick ? 0.05 : 0.4);
+    const char *name = noamx ? (act == DSR1_ACT_INT8 ? "i8vnni" : "w8vnni")
+                                                 : act_names[dn ? 4 : act];
     if (s < 0) {
         printf("%-5s %-6s %4d  (oneDNN has no fast kernel for this shape)\n",
                dsr1_type_name(m->w.type), name, n);
@@ -346,16 +349,24 @@ static int bench_kernels(int argc, char **argv)
             /* The fast mode's activations for this type (W8A8, W4A8, else BF16). */
             int a8 = o.types[ti] == DSR1_T_INT8 || o.types[ti] == DSR1_T_INT4;
             dsr1_act fast = a8 ? DSR1_ACT_INT8 : DSR1_ACT_BF16;
-            kernel_line(pool, NULL, &m, x, y, 1, DSR1_ACT_F32, &o, membw, peak);
-            for (int i = 0; i < o.n_ns; i++) kernel_line(pool, NULL, &m, x, y, o.ns[i], fast, &o, membw, peak);
+            const int au = 0, vnni = 1;
+            /* with AMX, W8A8 lines again without the tiles (INT4 stays VNNI) */
+            const int amx = dsr1_pool_amx(pool);
+            kernel_line(pool, NULL, &m, x, y, 1, DSR1_ACT_F32, &o, membw, peak, au);
+            for (int i = 0; i < o.n_ns; i++) kernel_line(pool, NULL, &m, x, y, o.ns[i], fast, &o, membw, peak, au);
+            for (int i = 0; i < o.n_ns && amx && o.types[ti] == DSR1_T_INT8; i++)
+                if (o.ns[i] >= 32) kernel_line(pool, NULL, &m, x, y, o.ns[i], fast, &o, membw, peak, vnni);
             /* FP8 in the fast mode: W8A8 from DSR1_MM_RQ_MIN_N tokens (the
              * BF16 line's kernels below that, as in a model) */
             for (int i = 0; i < o.n_ns && o.types[ti] == DSR1_T_FP8_E4M3; i++)
                 if (o.ns[i] > 4)
-                    kernel_line(pool, NULL, &m, x, y, o.ns[i], DSR1_ACT_INT8_FAST, &o, membw, peak);
+                    kernel_line(pool, NULL, &m, x, y, o.ns[i], DSR1_ACT_INT8_FAST, &o, membw, peak, au);
+            for (int i = 0; i < o.n_ns && amx && o.types[ti] == DSR1_T_FP8_E4M3; i++)
+                if (o.ns[i] >= 32)
+                    kernel_line(pool, NULL, &m, x, y, o.ns[i], DSR1_ACT_INT8_FAST, &o, membw, peak, vnni);
             /* the fast mode's prefill GEMM, at the sizes it may take */
             for (int i = 0; i < o.n_ns && dn; i++)
-                if (o.ns[i] >= 16) kernel_line(pool, dn, &m, x, y, o.ns[i], fast, &o, membw, peak);
+                if (o.ns[i] >= 16) kernel_line(pool, dn, &m, x, y, o.ns[i], fast, &o, membw, peak, au);
         }
         free(m.data);
         free(m.scale);

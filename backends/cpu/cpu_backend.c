@@ -57,7 +57,8 @@ static int cpu_create(const dsr1_backend_options *o, void **out, dsr1_error *err
     d->deterministic = o && o->deterministic;
     d->fp8_w8a8 = !d->deterministic && !(o && o->fp8_bf16);
     d->fast_gemm = !d->deterministic && dsr1_dnnl_usable();
-    d->mode = d->fast_gemm ? (dsr1_dnnl_has_amx() ? "fast: onednn amx prefill"
+    d->amx = d->fast_gemm && dsr1_dnnl_has_amx();
+    d->mode = d->fast_gemm ? (d->amx ? "fast: w8a8 on amx tiles, onednn amx for bf16"
                               : d->fp8_w8a8 ? "fast: onednn avx512-bf16 prefill, fp8 w8a8"
                                             : "fast: onednn avx512-bf16 prefill, fp8 bf16")
               : o && o->deterministic ? "deterministic"
@@ -371,15 +372,20 @@ static void cpu_rmsnorm(void *ws, dsr1_view xv, const dsr1_bweight *wt, int dim,
     }
 }
 
-/* Whether the fast mode sends this matmul to oneDNN: FP8 weights only,
- * n >= DSR1_CPU_DNNL_MIN_N, never in the exact F32 mode. Measured on Zen 4
- * (README, "Fast and deterministic mode"): oneDNN won for FP8 from 128
- * tokens; for BF16 weights it lost or tied (0.54-0.99 of our speed) and
- * INT8's W8A8 kernel beat it; INT4 was not measured, so it stays ours. */
-static int take_dnnl(const cpu_ws *w, const dsr1_wmat *m, int n, dsr1_act act)
+/* Whether the fast mode sends this matmul to oneDNN: never in the exact
+ * F32 mode. Without AMX: FP8 weights from DSR1_CPU_DNNL_MIN_N tokens when
+ * they run in bf16 (--fp8-prefill bf16); measured on Zen 4 (README, "Fast
+ * and deterministic mode"), oneDNN's AVX-512 BF16 kernels won there from
+ * 128 tokens, lost or tied for BF16 weights (0.54-0.99 of our speed), and
+ * INT8's W8A8 kernel beat them. With AMX: BF16 weights from
+ * DSR1_CPU_DNNL_MIN_N_AMX tokens, and FP8 in bf16; every 8-bit weight runs
+ * W8A8 on our own AMX tiles (matmul_amx_avx512.c), which beat oneDNN's
+ * bf16 tiles (README, "AMX"). */
+int dsr1_cpu_take_dnnl(const cpu_ws *w, const dsr1_wmat *m, int n, dsr1_act act)
 {
-    return w->dnnl && n >= DSR1_CPU_DNNL_MIN_N && act != DSR1_ACT_F32 &&
-           m->type == DSR1_T_FP8_E4M3 && (act != DSR1_ACT_INT8_FAST || dsr1_dnnl_has_amx());
+    if (!w->dnnl || act == DSR1_ACT_F32) return 0;
+    if (w->dev->amx && m->type == DSR1_T_BF16) return n >= DSR1_CPU_DNNL_MIN_N_AMX;
+    return n >= DSR1_CPU_DNNL_MIN_N && m->type == DSR1_T_FP8_E4M3 && act != DSR1_ACT_INT8_FAST;
 }
 
 void dsr1_cpu_matmul(cpu_ws *w, const dsr1_wmat *m, const float *x, int64_t ldx, float *y,
@@ -387,7 +393,7 @@ void dsr1_cpu_matmul(cpu_ws *w, const dsr1_wmat *m, const float *x, int64_t ldx,
 {
     /* A refusal (no fast kernel for the shape, out of memory) leaves y to
      * our kernels, in the same bf16 precision. */
-    if (take_dnnl(w, m, n, act) && dsr1_dnnl_matmul(w->dnnl, dsr1_cpu_pool(w), m, x, ldx, y, ldy, n) == 0)
+    if (dsr1_cpu_take_dnnl(w, m, n, act) && dsr1_dnnl_matmul(w->dnnl, dsr1_cpu_pool(w), m, x, ldx, y, ldy, n) == 0)
         return;
     dsr1_matmul(dsr1_cpu_pool(w), m, x, ldx, y, ldy, n, act);
 }
@@ -453,7 +459,7 @@ void dsr1_cpu_gated_mlp(cpu_ws *w, const dsr1_wmat *gate, const dsr1_wmat *up, c
                       const float *x, int64_t ldx, int n, float *y, int64_t ldy, dsr1_act act)
 {
     int64_t I = gate->rows;
-    if (take_dnnl(w, gate, n, act) && take_dnnl(w, up, n, act)) {
+    if (dsr1_cpu_take_dnnl(w, gate, n, act) && dsr1_cpu_take_dnnl(w, up, n, act)) {
         dsr1_cpu_matmul(w, gate, x, ldx, w->ha, I, n, act);
         dsr1_cpu_matmul(w, up, x, ldx, w->hb, I, n, act);
         for (size_t i = 0; i < (size_t)n * (size_t)I; i++) w->ha[i] = silu(w->ha[i]) * w->hb[i];

@@ -42,12 +42,16 @@ struct dsr1_bkv {
  * Zen 4 (`dsr1 bench kernels`, see README "Fast and deterministic mode");
  * MoE experts (about 16 tokens each in a 512-token R1 chunk) stay ours. */
 #define DSR1_CPU_DNNL_MIN_N 128
+/* The same for BF16 weights on a CPU with AMX, routed experts included
+ * (dsr1_cpu_take_dnnl; README, "AMX"). */
+#define DSR1_CPU_DNNL_MIN_N_AMX 32
 
 typedef struct cpu_dev {
     dsr1_pool *pool;
     int deterministic;       /* --deterministic: batch-invariant kernels only */
     int fast_gemm;           /* not deterministic and oneDNN has bf16 kernels */
     int fp8_w8a8;            /* fast mode without --fp8-prefill bf16: DSR1_ACT_INT8_FAST */
+    int amx;                 /* fast_gemm and oneDNN runs AMX tiles here */
     const char *mode;        /* the compute mode, for describe */
     struct dsr1_bweight *weights;
     char desc[192];
@@ -154,8 +158,10 @@ static inline size_t dsr1_cpu_kv_row(const dsr1_step *s, int seq, int layer, int
            (size_t)(pos % s->block);
 }
 
-/* y = x W^T: through oneDNN in the fast mode for n >= DSR1_CPU_DNNL_MIN_N
- * in the BF16/INT8 modes, else (or if oneDNN refuses the shape) dsr1_matmul. */
+/* Whether the fast mode sends an n-token matmul of m to oneDNN. */
+int dsr1_cpu_take_dnnl(const cpu_ws *w, const dsr1_wmat *m, int n, dsr1_act act);
+/* y = x W^T: through oneDNN when dsr1_cpu_take_dnnl says so, else (or if
+ * oneDNN refuses the shape) dsr1_matmul. */
 void dsr1_cpu_matmul(cpu_ws *w, const dsr1_wmat *m, const float *x, int64_t ldx, float *y,
                      int64_t ldy, int n, dsr1_act act);
 /* y = down(silu(gate x) * up x) for n rows, through the workspace's ha/hb. */

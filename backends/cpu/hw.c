@@ -44,17 +44,6 @@ static void brand_string(dsr1_hw *hw)
     snprintf(hw->cpu_name, sizeof hw->cpu_name, "%s", p);
 }
 
-/* Ask Linux for AMX tile data state; 1 when granted (or already held). */
-static int request_amx(void)
-{
-    enum { ARCH_GET_XCOMP_PERM = 0x1022, ARCH_REQ_XCOMP_PERM = 0x1023, XTILEDATA = 18 };
-    unsigned long bits = 0;
-    if (syscall(SYS_arch_prctl, ARCH_GET_XCOMP_PERM, &bits) == 0 && (bits & (1ul << XTILEDATA)))
-        return 1;
-    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XTILEDATA) != 0) return 0;
-    return syscall(SYS_arch_prctl, ARCH_GET_XCOMP_PERM, &bits) == 0 && (bits & (1ul << XTILEDATA));
-}
-
 static void cpu_features(dsr1_hw *hw)
 {
     unsigned a = 0, b = 0, c = 0, d = 0, max = 0;
@@ -91,7 +80,7 @@ static void cpu_features(dsr1_hw *hw)
     hw->amx_int8 = (d >> 25) & 1;
     __get_cpuid_count(7, 1, &a, &b, &c, &d);
     hw->avx512_bf16 = (a >> 5) & 1;
-    hw->os_amx = hw->amx_tile && ((xlo >> 17) & 3) == 3 ? request_amx() : 0;
+    hw->os_amx = hw->amx_tile && ((xlo >> 17) & 3) == 3 ? dsr1_mm_amx_permit() : 0;
 }
 #else
 static void cpu_features(dsr1_hw *hw) { (void)hw; }

@@ -106,6 +106,13 @@ void dsr1_ffn_gate_up(dsr1_pool *p, const dsr1_wmat *gate, const dsr1_wmat *up, 
  * 30 ms, best of 3. What `dsr1 bench kernels` reports GFLOP/s against.
  * 0 where the portable kernels run. */
 double dsr1_matmul_peak_gflops(dsr1_pool *p, dsr1_act act);
+/* Whether the pool runs W8A8 (INT8 weights, FP8 as W8A8) on AMX tiles:
+ * found usable at creation (cpuid, the OS's tile state, Linux's
+ * permission). dsr1_matmul_noamx is dsr1_matmul without them (the VNNI
+ * kernels, the same bits): what `dsr1 bench kernels` compares with. */
+int dsr1_pool_amx(const dsr1_pool *p);
+void dsr1_matmul_noamx(dsr1_pool *p, const dsr1_wmat *w, const float *x, int64_t ldx, float *y,
+                       int64_t ldy, int n, dsr1_act act);
 
 /* Plain scalar reference (single thread, dequantise row then dot product in
  * double): what every fast kernel is tested against. */

@@ -15,6 +15,13 @@
 #include <math.h>
 #include <stdatomic.h>
 #include <time.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "../../core/numeric.h"
 
@@ -40,6 +47,39 @@ int dsr1_mm_vbmi_usable(void)
 {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     return dsr1_mm_avx512_usable() && __builtin_cpu_supports("avx512vbmi");
+#else
+    return 0;
+#endif
+}
+
+int dsr1_mm_amx_permit(void)
+{
+#if defined(__x86_64__) && defined(__linux__)
+    /* Linux hands out the tile data state only on request, once per
+     * process (all its threads): without it the first tile instruction
+     * faults. ARCH_GET_XCOMP_PERM / ARCH_REQ_XCOMP_PERM, XTILEDATA. */
+    enum { GET_PERM = 0x1022, REQ_PERM = 0x1023, XTILEDATA = 18 };
+    unsigned long bits = 0;
+    if (syscall(SYS_arch_prctl, GET_PERM, &bits) == 0 && (bits & (1ul << XTILEDATA))) return 1;
+    if (syscall(SYS_arch_prctl, REQ_PERM, XTILEDATA) != 0) return 0;
+    return syscall(SYS_arch_prctl, GET_PERM, &bits) == 0 && (bits & (1ul << XTILEDATA));
+#else
+    return 0;
+#endif
+}
+
+int dsr1_mm_amx_usable(void)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    unsigned a, b, c, d, max = __get_cpuid_max(0, NULL);
+    if (max < 7 || !dsr1_mm_avx512_usable()) return 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    if (!((d >> 24) & 1) || !((d >> 25) & 1)) return 0; /* AMX-TILE, AMX-INT8 */
+    unsigned xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    (void)xhi;
+    if (((xlo >> 17) & 3) != 3) return 0; /* the OS saves XTILECFG and XTILEDATA */
+    return dsr1_mm_amx_permit();
 #else
     return 0;
 #endif
@@ -267,22 +307,6 @@ void dsr1_mm_fp8_rq_tab_fill(dsr1_mm_rq_tab *t)
 
 /* ---- preparing the activations -------------------------------------------- */
 
-static void prep_bf16(dsr1_mm_job *j, uint16_t *xb, int avx)
-{
-    int64_t cols = j->w->cols;
-    j->xb = xb;
-    if (avx) {
-        dsr1_mm_bf16_rows_avx512(j->x, j->ldx, j->n, cols, xb, j->ldxb);
-        return;
-    }
-    for (int t = 0; t < j->n; t++) {
-        const float *x = j->x + t * j->ldx;
-        uint16_t *o = xb + t * j->ldxb;
-        for (int64_t c = 0; c < cols; c++) o[c] = dsr1_mm_to_bf16(x[c]);
-        for (int64_t c = cols; c < j->ldxb; c++) o[c] = 0;
-    }
-}
-
 /* len values of x to int8 with one scale: amax/127, q = rint(x * (127/amax))
  * clamped to +-127 (NaN and an all-zero span give 0), and the sum of q. */
 static void quant_span(const float *x, int64_t len, int8_t *o, float *scale, int32_t *sum)
@@ -299,58 +323,6 @@ static void quant_span(const float *x, int64_t len, int8_t *o, float *scale, int
     }
     *scale = amax / 127.0f;
     *sum = s;
-}
-
-static void prep_int8(dsr1_mm_job *j, int8_t *xq, float *xs, int32_t *xsum, int avx)
-{
-    int64_t cols = j->w->cols;
-    j->xq = xq;
-    j->xs = xs;
-    j->xsum = xsum;
-    if (avx) {
-        dsr1_mm_int8_rows_avx512(j->x, j->ldx, j->n, cols, xq, j->ldxq, xs, xsum);
-        return;
-    }
-    for (int t = 0; t < j->n; t++) {
-        int8_t *o = xq + t * j->ldxq;
-        quant_span(j->x + t * j->ldx, cols, o, xs + t, xsum + t);
-        for (int64_t c = cols; c < j->ldxq; c++) o[c] = 0;
-    }
-}
-
-/* The same per DSR1_MM_XG columns (FP8 as W8A8, matmul_impl.h). */
-static void prep_int8_groups(dsr1_mm_job *j, int8_t *xq, float *xs, int32_t *xsum, int avx)
-{
-    const int64_t cols = j->w->cols;
-    j->xq = xq;
-    j->xgs = xs;
-    j->xgc = xsum;
-    if (avx) {
-        dsr1_mm_int8_groups_avx512(j->x, j->ldx, j->n, cols, xq, j->ldxq, xs, xsum, j->ldg);
-    } else {
-        for (int t = 0; t < j->n; t++) {
-            int8_t *o = xq + t * j->ldxq;
-            for (int64_t g = 0; g < j->ldg; g++) {
-                const int64_t c = g * DSR1_MM_XG, len = cols - c < DSR1_MM_XG ? cols - c : DSR1_MM_XG;
-                quant_span(j->x + t * j->ldx + c, len, o + c, xs + t * j->ldg + g, xsum + t * j->ldg + g);
-            }
-            for (int64_t c = cols; c < j->ldxq; c++) o[c] = 0;
-        }
-    }
-    for (int64_t i = 0; i < (int64_t)j->n * j->ldg; i++) xsum[i] *= -128;
-}
-
-/* W4A8's x for the AVX-512 kernel (xp, xg: matmul_impl.h), groups of
- * 32 and 128; the portable kernel reads xq itself. */
-static void prep_int4(dsr1_mm_job *j, void *mem, int avx)
-{
-    int64_t g = j->w->group;
-    if (!avx || (g != 32 && g != 128)) return;
-    int8_t *xp = mem;
-    int32_t *xg = (int32_t *)(xp + (size_t)j->n * (size_t)j->ldxp);
-    dsr1_mm_w4_prep_avx512(j->xq, j->ldxq, j->n, g, xp, j->ldxp, xg, j->ldxg);
-    j->xp = xp;
-    j->xg = xg;
 }
 
 /* Bytes of x's int8 form: xq, xs, xsum (64-aligned), then INT4's xp, xg. */
@@ -377,28 +349,122 @@ static size_t prep_bytes(const dsr1_mm_job *j)
     return 0;
 }
 
-/* Fill the mode's activation arrays from mem (prep_bytes(j) bytes); avx:
- * the AVX-512 kernels may be used. */
-static void prep(dsr1_mm_job *j, void *mem, int avx)
+/* Tokens [t0, t1) of x in the mode's form, into the arrays prep set up
+ * (the same bytes, scales and sums whichever range a call covers, so the
+ * ranges may run on different threads). */
+static void fill_rows(const dsr1_mm_job *j, int t0, int t1, int avx)
 {
-    if (j->act == DSR1_ACT_BF16 && j->w->type == DSR1_T_FP8_E4M3) {
-        return;
-    } else if (j->act == DSR1_ACT_BF16) {
-        prep_bf16(j, mem, avx);
-    } else if (j->rq) {
-        float *xs = (float *)((char *)mem + int8_head_bytes(j));
-        prep_int8_groups(j, mem, xs, (int32_t *)(xs + (size_t)j->n * (size_t)j->ldg), avx);
+    const int64_t cols = j->w->cols;
+    const float *x = j->x + t0 * j->ldx;
+    const int n = t1 - t0;
+    if (j->act == DSR1_ACT_BF16) {
+        uint16_t *xb = (uint16_t *)j->xb + t0 * j->ldxb;
         if (avx) {
-            dsr1_mm_rq_tab *t = (dsr1_mm_rq_tab *)((char *)mem + rq_tab_offset(j));
+            dsr1_mm_bf16_rows_avx512(x, j->ldx, n, cols, xb, j->ldxb);
+            return;
+        }
+        for (int t = 0; t < n; t++) {
+            for (int64_t c = 0; c < cols; c++) xb[t * j->ldxb + c] = dsr1_mm_to_bf16(x[t * j->ldx + c]);
+            for (int64_t c = cols; c < j->ldxb; c++) xb[t * j->ldxb + c] = 0;
+        }
+        return;
+    }
+    int8_t *xq = (int8_t *)j->xq + t0 * j->ldxq;
+    if (j->rq) { /* per DSR1_MM_XG columns (FP8 as W8A8, matmul_impl.h) */
+        float *xs = (float *)j->xgs + t0 * j->ldg;
+        int32_t *xsum = (int32_t *)j->xgc + t0 * j->ldg;
+        if (avx) {
+            dsr1_mm_int8_groups_avx512(x, j->ldx, n, cols, xq, j->ldxq, xs, xsum, j->ldg);
+        } else {
+            for (int t = 0; t < n; t++) {
+                for (int64_t g = 0; g < j->ldg; g++) {
+                    const int64_t c = g * DSR1_MM_XG, len = cols - c < DSR1_MM_XG ? cols - c : DSR1_MM_XG;
+                    quant_span(x + t * j->ldx + c, len, xq + t * j->ldxq + c, xs + t * j->ldg + g,
+                               xsum + t * j->ldg + g);
+                }
+                for (int64_t c = cols; c < j->ldxq; c++) xq[t * j->ldxq + c] = 0;
+            }
+        }
+        for (int64_t i = 0; i < (int64_t)n * j->ldg; i++) xsum[i] *= -128;
+        return;
+    }
+    float *xs = (float *)j->xs + t0;
+    int32_t *xsum = (int32_t *)j->xsum + t0;
+    if (avx) {
+        dsr1_mm_int8_rows_avx512(x, j->ldx, n, cols, xq, j->ldxq, xs, xsum);
+    } else {
+        for (int t = 0; t < n; t++) {
+            quant_span(x + t * j->ldx, cols, xq + t * j->ldxq, xs + t, xsum + t);
+            for (int64_t c = cols; c < j->ldxq; c++) xq[t * j->ldxq + c] = 0;
+        }
+    }
+    if (j->xp) /* W4A8's reordered x, from the codes just made */
+        dsr1_mm_w4_prep_avx512(xq, j->ldxq, n, j->w->group, (int8_t *)j->xp + t0 * j->ldxp, j->ldxp,
+                               (int32_t *)j->xg + t0 * j->ldxg, j->ldxg);
+}
+
+/* Point the mode's activation arrays into mem (prep_bytes(j) bytes) and
+ * make what is per call (the rq tables); fill_rows then fills them. avx:
+ * the AVX-512 kernels may be used. 0 when x needs no preparation. */
+static int prep(dsr1_mm_job *j, void *mem, int avx)
+{
+    char *m = mem;
+    if (j->act == DSR1_ACT_BF16 && j->w->type == DSR1_T_FP8_E4M3) return 0; /* x' per task */
+    if (j->act == DSR1_ACT_BF16) {
+        j->xb = mem;
+        return 1;
+    }
+    if (j->act != DSR1_ACT_INT8 && !j->rq) return 0;
+    j->xq = mem;
+    if (j->rq) {
+        float *xs = (float *)(m + int8_head_bytes(j));
+        j->xgs = xs;
+        j->xgc = (int32_t *)(xs + (size_t)j->n * (size_t)j->ldg);
+        if (avx) {
+            dsr1_mm_rq_tab *t = (dsr1_mm_rq_tab *)(m + rq_tab_offset(j));
             dsr1_mm_fp8_rq_tab_fill_avx512(t);
             j->rqt = t;
         }
-    } else if (j->act == DSR1_ACT_INT8) {
-        int8_t *xq = mem;
-        float *xs = (float *)(xq + (size_t)j->n * (size_t)j->ldxq);
-        prep_int8(j, xq, xs, (int32_t *)(xs + j->n), avx);
-        if (j->w->type == DSR1_T_INT4) prep_int4(j, (char *)mem + int8_head_bytes(j), avx);
+        return 1;
     }
+    float *xs = (float *)(m + (size_t)j->n * (size_t)j->ldxq);
+    j->xs = xs;
+    j->xsum = (int32_t *)(xs + j->n);
+    int64_t g = j->w->group;
+    if (j->w->type == DSR1_T_INT4 && avx && (g == 32 || g == 128)) {
+        int8_t *xp = (int8_t *)(m + int8_head_bytes(j));
+        j->xp = xp;
+        j->xg = (int32_t *)(xp + (size_t)j->n * (size_t)j->ldxp);
+    }
+    return 1;
+}
+
+typedef struct fill_task {
+    const dsr1_mm_job *j;
+    int per, avx;
+} fill_task;
+
+static void fill_task_run(void *ctx, int task, int ntasks)
+{
+    (void)ntasks;
+    const fill_task *f = ctx;
+    int t0 = task * f->per, t1 = t0 + f->per < f->j->n ? t0 + f->per : f->j->n;
+    if (t0 < t1) fill_rows(f->j, t0, t1, f->avx);
+}
+
+/* fill_rows for all n tokens: on the pool's threads when there is enough
+ * of x (a 512-token R1 chunk is 14 MB of floats: one thread quantising it
+ * while 15 wait was most of an AMX matmul's time), else here. */
+static void fill_all(dsr1_pool *p, const dsr1_mm_job *j, int avx)
+{
+    int nth = p ? dsr1_pool_size(p) : 1;
+    if (nth < 2 || (int64_t)j->n * j->w->cols < (1 << 16)) {
+        fill_rows(j, 0, j->n, avx);
+        return;
+    }
+    int per = (j->n + nth - 1) / nth;
+    fill_task f = {j, per, avx};
+    dsr1_pool_run(p, fill_task_run, &f, (j->n + per - 1) / per);
 }
 
 /* ---- dispatch ----------------------------------------------------------------- */
@@ -532,11 +598,12 @@ static void matmul_run(dsr1_pool *p, const dsr1_wmat *w, const dsr1_wmat *up, co
     void *mem = NULL, *owned = NULL;
     int avx = k == DSR1_MM_PORTABLE ? 0 : p ? dsr1_pool_avx512(p) : dsr1_mm_avx512_usable();
     j.vbmi = avx && k != DSR1_MM_AVX512_NOVBMI && dsr1_mm_vbmi_usable();
+    j.amx = avx && p && k != DSR1_MM_AVX512_NOAMX && n >= DSR1_MM_AMX_MIN_N && dsr1_pool_amx(p);
     if (total) {
         mem = p ? dsr1_pool_scratch(p, total) : NULL;
         if (!mem) mem = owned = aligned_alloc(64, total);
         DSR1_ASSERT(mem != NULL); /* small and per call: see dsr1_pool_reserve */
-        prep(&j, mem, avx);
+        if (prep(&j, mem, avx)) fill_all(p, &j, avx);
     }
     dsr1_mm_job uj = j;
     if (up) {
@@ -563,6 +630,12 @@ void dsr1_matmul(dsr1_pool *p, const dsr1_wmat *w, const float *x, int64_t ldx, 
                  int64_t ldy, int n, dsr1_act act)
 {
     matmul_run(p, w, NULL, x, ldx, y, ldy, n, act, DSR1_MM_AUTO);
+}
+
+void dsr1_matmul_noamx(dsr1_pool *p, const dsr1_wmat *w, const float *x, int64_t ldx, float *y,
+                       int64_t ldy, int n, dsr1_act act)
+{
+    matmul_run(p, w, NULL, x, ldx, y, ldy, n, act, DSR1_MM_AVX512_NOAMX);
 }
 
 void dsr1_ffn_gate_up(dsr1_pool *p, const dsr1_wmat *gate, const dsr1_wmat *up, const float *x,

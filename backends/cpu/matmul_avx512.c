@@ -1432,6 +1432,10 @@ static void rows_int8(const dsr1_mm_job *j, int64_t r0, int64_t r1)
      * DRAM, 2 threads, lanes-as-columns panel vs lanes with the next
      * panel prefetched: n = 8 4.8 vs 5.9 ms, 16 7.6-7.8 vs 7.6-7.8, 24
      * 10.6 vs 10.5, 32 13.7-14.0 vs 12.5-12.8, 48 20.2 vs 18.2) */
+    if (j->w->group == 0 && j->amx && j->n >= DSR1_MM_AMX_MIN_N && j->w->cols % 64 == 0) {
+        dsr1_mm_rows_int8_amx(j, r0, r1); /* matmul_amx_avx512.c */
+        return;
+    }
     if (j->w->group == 0 && j->n >= I8L_MIN_N && j->w->cols % 64 == 0) {
         dsr1_mm_rows_int8_lanes_avx512(j, r0, r1); /* matmul_lanes_avx512.c */
         return;
@@ -1479,7 +1483,9 @@ static void rows_int8(const dsr1_mm_job *j, int64_t r0, int64_t r1)
 void dsr1_mm_rows_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1)
 {
     if (j->xgs) { /* FP8 as W8A8: the rq jobs have the lanes kernel's shapes */
-        if (j->n >= I8L_MIN_N && j->w->cols % 64 == 0)
+        if (j->amx && j->n >= DSR1_MM_AMX_MIN_N && j->w->cols % 64 == 0)
+            dsr1_mm_rows_int8g_amx(j, r0, r1);
+        else if (j->n >= I8L_MIN_N && j->w->cols % 64 == 0)
             dsr1_mm_rows_int8g_lanes_avx512(j, r0, r1);
         else
             dsr1_mm_rows_portable(j, r0, r1);

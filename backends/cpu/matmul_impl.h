@@ -91,7 +91,13 @@ typedef struct dsr1_mm_job {
                                 task_mem (codes, a scale per row and block) and runs
                                 them with x per 128 columns (xgs) */
     const struct dsr1_mm_rq_tab *rqt; /* rq with the AVX-512 kernels: the tables, in scratch */
+    int amx;                 /* W8A8 may run on AMX tiles (dsr1_pool_amx; not for
+                                DSR1_MM_AVX512_NOAMX) */
 } dsr1_mm_job;
+
+/* Fewest tokens W8A8 takes AMX from (the tiles hold 32 tokens; the rest
+ * of a call's tokens go to the VNNI kernels). */
+#define DSR1_MM_AMX_MIN_N 32
 
 /* Tokens per block of the FP8 BF16-mode x' buffer: task_mem holds
  * [n][ldxb] bf16 for n <= DSR1_MM_FP8_GV (the GEMV), else
@@ -117,7 +123,8 @@ typedef enum {
     DSR1_MM_AUTO = 0,
     DSR1_MM_PORTABLE = 1,
     DSR1_MM_AVX512 = 2,
-    DSR1_MM_AVX512_NOVBMI = 3
+    DSR1_MM_AVX512_NOVBMI = 3,
+    DSR1_MM_AVX512_NOAMX = 4 /* the AVX-512 kernels without AMX tiles */
 } dsr1_mm_kernel;
 
 /* Rows requantised at a time (the W8A8 lanes kernel's chunk). */
@@ -176,6 +183,15 @@ void dsr1_naive_values_avx512(const float *s, int64_t lds, int n, const float *v
 /* FP8 as W8A8's order (j->xgs set, INT8 weights with one scale per row,
  * n >= 24, columns a multiple of 64). */
 void dsr1_mm_rows_int8g_lanes_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1);
+/* The W8A8 code panel of rows [r, r + pr) (pr <= 32 in rv halves of 16),
+ * columns [c0, c0 + len) (len a multiple of 64): 4 columns of 16 rows per
+ * 64 bytes, weights + 128; step s of half h at p + (s * rv + h) * 64. */
+void dsr1_mm_i8l_panel(const dsr1_wmat *w, int64_t r, int pr, int rv, int64_t c0, int64_t len,
+                       uint8_t *p);
+/* matmul_amx_avx512.c: the same two W8A8 kernels on AMX tiles, the same
+ * bits (j->amx set, n >= DSR1_MM_AMX_MIN_N, columns a multiple of 64). */
+void dsr1_mm_rows_int8_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1);
+void dsr1_mm_rows_int8g_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1);
 
 /* dsr1_matmul with the kernel chosen by the caller (tests compare them).
  * DSR1_MM_AVX512 on a CPU without it falls back to AUTO. */
@@ -214,6 +230,11 @@ int dsr1_mm_avx512_usable(void);
 /* Whether this CPU also has AVX-512 VBMI (vpermb, vpermi2b): the FP8 byte
  * table decode. Not implied by the above (Cooper Lake lacks it). */
 int dsr1_mm_vbmi_usable(void);
+/* Whether this CPU runs the AMX kernels: AMX-TILE and AMX-INT8, the OS
+ * saving tile state, and Linux's permission (asked for: a system call). */
+int dsr1_mm_amx_usable(void);
+/* Ask Linux for the tile data state; 1 when granted or already held. */
+int dsr1_mm_amx_permit(void);
 /* The kernel set dsr1_matmul runs here, as the start-up line names it:
  * "avx512-bf16-vnni-vbmi", "avx512-bf16-vnni" or "portable". */
 const char *dsr1_mm_kernels_name(void);

@@ -494,8 +494,8 @@ void dsr1_mm_rows_w4a8_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1)
  * (len a multiple of 64) into the panel: step s (columns c0 + 4s .. 4s+3)
  * of half h at p + (s * rv + h) * 64, lane i = row r + 16h + i, bytes
  * w + 128; missing rows are zero (their lanes are not stored). */
-static void i8l_panel(const dsr1_wmat *w, int64_t r, int pr, int rv, int64_t c0, int64_t len,
-                      uint8_t *p)
+void dsr1_mm_i8l_panel(const dsr1_wmat *w, int64_t r, int pr, int rv, int64_t c0, int64_t len,
+                       uint8_t *p)
 {
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     const int8_t *q = (const int8_t *)w->data + r * w->cols + c0;
@@ -579,7 +579,7 @@ void dsr1_mm_rows_int8_lanes_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1
             memset(iacc, 0, (size_t)nb * 32 * sizeof *iacc);
             for (int64_t c0 = 0; c0 < w->cols; c0 += I8L_KC) {
                 const int64_t len = w->cols - c0 < I8L_KC ? w->cols - c0 : I8L_KC;
-                i8l_panel(w, r, pr, rv, c0, len, codes);
+                dsr1_mm_i8l_panel(w, r, pr, rv, c0, len, codes);
                 for (int b0 = 0; b0 < nb; b0 += I8L_NT) {
                     const int nt = nb - b0 < I8L_NT ? nb - b0 : I8L_NT;
                     tile_i8l(rv, nt, len / 4, codes, j->xq + (t0 + b0) * j->ldxq + c0, j->ldxq,
@@ -685,7 +685,7 @@ void dsr1_mm_rows_int8g_lanes_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r
             memset(facc, 0, (size_t)nb * 32 * sizeof *facc);
             for (int64_t c0 = 0; c0 < w->cols; c0 += I8L_KC) {
                 const int64_t len = w->cols - c0 < I8L_KC ? w->cols - c0 : I8L_KC;
-                i8l_panel(w, r, pr, rv, c0, len, codes);
+                dsr1_mm_i8l_panel(w, r, pr, rv, c0, len, codes);
                 for (int64_t gi = 0; gi * DSR1_MM_XG < len; gi++)
                     for (int i = 0; i < 32; i++)
                         ws[gi * 32 + i] = i < pr ? sw[(r + i) * j->ldg + c0 / DSR1_MM_XG + gi] : 0.0f;

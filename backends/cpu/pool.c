@@ -58,6 +58,7 @@ struct dsr1_pool {
     void *scratch;           /* 64-aligned, scratch_cap bytes, owned */
     size_t scratch_cap;
     int avx512;              /* dsr1_mm_avx512_usable() at creation */
+    int amx;                 /* dsr1_mm_amx_usable() at creation */
 };
 
 typedef struct worker_arg {
@@ -176,6 +177,7 @@ int dsr1_pool_create_on(dsr1_pool **out, int nthreads, const int *cpus, int ncpu
     if (!p) return dsr1_errorf(err, DSR1_ENOMEM, "thread pool: out of memory");
     p->n = nthreads;
     p->avx512 = dsr1_mm_avx512_usable();
+    p->amx = dsr1_mm_amx_usable();
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->wake, NULL);
     pthread_cond_init(&p->done, NULL);
@@ -271,3 +273,4 @@ int dsr1_pool_reserve(dsr1_pool *p, size_t bytes, dsr1_error *err)
 }
 
 int dsr1_pool_avx512(const dsr1_pool *p) { return p->avx512; }
+int dsr1_pool_amx(const dsr1_pool *p) { return p->amx; }

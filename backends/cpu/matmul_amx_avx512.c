@@ -1,0 +1,235 @@
+/*
+ * matmul_amx_avx512.c - W8A8 on AMX tiles (Sapphire Rapids and later):
+ * the exact integer dots of the rows-in-lanes kernels (matmul_lanes_avx512.c)
+ * done by the tile unit, 16 tokens x 16 rows x 64 columns per instruction,
+ * then the same float steps, so the results are those kernels' bits (and
+ * so the portable kernels': matmul_impl.h's order). Two entries, chosen by
+ * dsr1_mm_rows_avx512 when the job has amx set (dsr1_pool_amx: cpuid, XCR0
+ * and Linux's permission) and at least DSR1_MM_AMX_MIN_N tokens:
+ *
+ *   dsr1_mm_rows_int8_amx   INT8 weights with one scale per row
+ *   dsr1_mm_rows_int8g_amx  FP8 as W8A8 (a scale per row and 128 columns)
+ *
+ * Layout. A tile multiply C += A B takes A as 16 rows of 64 bytes and B as
+ * 16 rows of 64 bytes, each B row holding 4 consecutive columns of 16
+ * output rows. A is x itself (16 tokens' int8 rows, read in place at the
+ * stride ldxq); B is exactly the code panel dsr1_mm_i8l_panel builds for
+ * the VNNI kernel (4 columns of 16 rows per 64 bytes, weights + 128), read
+ * at the stride of its two halves. So tdpbsud (signed x, unsigned
+ * weights) gives sum x (w + 128), the very integer the VNNI kernel's
+ * vpdpbusd chain holds, and C's rows [token][16 rows] are its
+ * accumulators' layout. Four C tiles cover 32 tokens x 32 rows; per 64
+ * columns two x tiles and two panel tiles feed four multiplies.
+ *
+ * What AMX does not take: stripes of fewer than 32 rows and the last
+ * n mod 32 tokens go to the VNNI kernels (same bits), so any shape works.
+ *
+ * The tile instructions are written as inline asm with memory clobbers,
+ * not GCC's intrinsics: those are asm statements that do not tell the
+ * compiler they read or write memory, and the tile configuration lives in
+ * read-only data (GCC 12 drops the stores that fill a configuration built
+ * on the stack before ldtilecfg). Nothing needs -mamx-*: only the
+ * assembler sees these instructions, and they run only behind the check.
+ */
+#include "matmul_impl.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+/* The panel geometry the VNNI kernels use (matmul_lanes_avx512.c). */
+#define AMX_TB 192     /* tokens per block: a multiple of 32 */
+#define AMX_KC 512     /* columns per panel chunk */
+
+/* ldtilecfg's 64 bytes: palette 1, tiles 0-7 of 16 rows x 64 bytes. */
+typedef struct amx_cfg {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_cfg;
+
+static const amx_cfg amx_16x64 = {
+    .palette = 1,
+    .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
+    .rows = {16, 16, 16, 16, 16, 16, 16, 16},
+};
+
+#define T_CFG(p) __asm__ volatile("ldtilecfg %0" ::"m"(*(p)))
+#define T_RELEASE() __asm__ volatile("tilerelease" ::: "memory")
+#define T_ZERO(t) __asm__ volatile("tilezero %%tmm" #t ::)
+#define T_LOAD(t, base, stride) \
+    __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"(base), "r"((long)(stride)) : "memory")
+#define T_STORE(t, base, stride) \
+    __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"(base), "r"((long)(stride)) : "memory")
+/* tmm_c += tmm_a (signed bytes) . tmm_b (unsigned bytes); AT&T order */
+#define T_DP(c, a, b) __asm__ volatile("tdpbsud %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
+
+/* Tiles: C 0 (tokens 0-15, rows 0-15), 1 (tokens 0-15, rows 16-31),
+ * 2 (tokens 16-31, rows 0-15), 3 (tokens 16-31, rows 16-31); x 4, 5
+ * (tokens 0-15, 16-31); panel 6, 7 (rows 0-15, 16-31). */
+
+/* 64 columns: x at xq (stride ldx bytes) for 32 tokens, the panel's step
+ * block at p (its two halves 64 bytes apart, steps 128 apart). */
+static inline void dp_step(const int8_t *xq, int64_t ldx, const uint8_t *p)
+{
+    T_LOAD(4, xq, ldx);
+    T_LOAD(5, xq + 16 * ldx, ldx);
+    T_LOAD(6, p, 128);
+    T_LOAD(7, p + 64, 128);
+    T_DP(0, 4, 6);
+    T_DP(1, 4, 7);
+    T_DP(2, 5, 6);
+    T_DP(3, 5, 7);
+}
+
+/* C tiles to/from acc ([token][32 rows] int32, 128-byte rows). */
+static inline void c_store(int32_t *acc)
+{
+    T_STORE(0, acc, 128);
+    T_STORE(1, acc + 16, 128);
+    T_STORE(2, acc + 16 * 32, 128);
+    T_STORE(3, acc + 16 * 32 + 16, 128);
+}
+
+static inline void c_load(const int32_t *acc)
+{
+    T_LOAD(0, acc, 128);
+    T_LOAD(1, acc + 16, 128);
+    T_LOAD(2, acc + 16 * 32, 128);
+    T_LOAD(3, acc + 16 * 32 + 16, 128);
+}
+
+static inline void c_zero(void)
+{
+    T_ZERO(0);
+    T_ZERO(1);
+    T_ZERO(2);
+    T_ZERO(3);
+}
+
+/* The job for tokens [t, n) only (what AMX leaves to the VNNI kernels). */
+static dsr1_mm_job tail_job(const dsr1_mm_job *j, int t)
+{
+    dsr1_mm_job s = *j;
+    s.n = j->n - t;
+    s.xq = j->xq + t * j->ldxq;
+    s.y = j->y + t * j->ldy;
+    if (j->xs) s.xs = j->xs + t;
+    if (j->xsum) s.xsum = j->xsum + t;
+    if (j->xgs) s.xgs = j->xgs + t * j->ldg;
+    if (j->xgc) s.xgc = j->xgc + t * j->ldg;
+    return s;
+}
+
+/* Hand what AMX does not take to the VNNI kernel `rows`: rows [rf, r1)
+ * (a stripe under 32) for all tokens, rows [r0, rf) for tokens [na, n). */
+static void leftovers(const dsr1_mm_job *j, int64_t r0, int64_t rf, int64_t r1, int na,
+                      void (*rows)(const dsr1_mm_job *, int64_t, int64_t))
+{
+    if (rf < r1) rows(j, rf, r1);
+    if (na < j->n && r0 < rf) {
+        dsr1_mm_job s = tail_job(j, na);
+        rows(&s, r0, rf);
+    }
+}
+
+void dsr1_mm_rows_int8_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1)
+{
+    const dsr1_wmat *w = j->w;
+    _Alignas(64) uint8_t codes[32 * AMX_KC];  /* the chunk's code panel, 16 KB */
+    _Alignas(64) int32_t iacc[AMX_TB * 32];   /* [token of the block][row] */
+    const float *sw = (const float *)w->scale; /* one per row */
+    const int na = j->n & ~31;
+    const int64_t rf = r0 + (r1 - r0) / 32 * 32;
+    if (na && rf > r0) T_CFG(&amx_16x64);
+    for (int64_t r = r0; r < rf && na; r += 32) {
+        for (int t0 = 0; t0 < na; t0 += AMX_TB) {
+            const int nb = na - t0 < AMX_TB ? na - t0 : AMX_TB;
+            for (int64_t c0 = 0; c0 < w->cols; c0 += AMX_KC) {
+                const int64_t len = w->cols - c0 < AMX_KC ? w->cols - c0 : AMX_KC;
+                dsr1_mm_i8l_panel(w, r, 32, 2, c0, len, codes);
+                for (int b0 = 0; b0 < nb; b0 += 32) {
+                    int32_t *acc = iacc + b0 * 32;
+                    if (c0) c_load(acc);
+                    else c_zero();
+                    const int8_t *xq = j->xq + (t0 + b0) * j->ldxq + c0;
+                    for (int64_t k = 0; k < len; k += 64) dp_step(xq + k, j->ldxq, codes + k / 4 * 128);
+                    c_store(acc);
+                }
+            }
+            /* y = (dot - 128 sum x) * s_x * s_w, the VNNI kernel's steps */
+            for (int b = 0; b < nb; b++)
+                for (int h = 0; h < 2; h++) {
+                    const __m512i d = _mm512_sub_epi32(_mm512_load_si512(iacc + b * 32 + h * 16),
+                                                       _mm512_set1_epi32(128 * j->xsum[t0 + b]));
+                    const __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(d),
+                                                                 _mm512_set1_ps(j->xs[t0 + b])),
+                                                   _mm512_loadu_ps(sw + r + 16 * h));
+                    _mm512_storeu_ps(j->y + (t0 + b) * j->ldy + r + 16 * h, v);
+                }
+        }
+    }
+    if (na && rf > r0) T_RELEASE();
+    leftovers(j, r0, rf, r1, na, dsr1_mm_rows_int8_lanes_avx512);
+}
+
+/* One 128-column group's float step for 32 tokens x 32 rows: the exact
+ * dots are the tiles' sums plus xc (-128 x the token's group sum of x),
+ * then fa += dot x (s_w x s_x) as the VNNI kernel's mk_i8g. */
+static void group_step(const int32_t *cb, const float *ws, const float *xs, const int32_t *xc,
+                       int64_t ldg, float *facc)
+{
+    const __m512 w0 = _mm512_load_ps(ws), w1 = _mm512_load_ps(ws + 16);
+    for (int b = 0; b < 32; b++) {
+        const __m512i c = _mm512_set1_epi32(xc[b * ldg]);
+        const __m512 s = _mm512_set1_ps(xs[b * ldg]);
+        float *f = facc + b * 32;
+        const __m512i d0 = _mm512_add_epi32(_mm512_load_si512(cb + b * 32), c);
+        const __m512i d1 = _mm512_add_epi32(_mm512_load_si512(cb + b * 32 + 16), c);
+        _mm512_store_ps(f, _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_mul_ps(w0, s), _mm512_load_ps(f)));
+        _mm512_store_ps(f + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_mul_ps(w1, s),
+                                                _mm512_load_ps(f + 16)));
+    }
+}
+
+void dsr1_mm_rows_int8g_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1)
+{
+    const dsr1_wmat *w = j->w;
+    _Alignas(64) uint8_t codes[32 * AMX_KC];              /* the chunk's code panel, 16 KB */
+    _Alignas(64) float ws[AMX_KC / DSR1_MM_XG * 32];      /* its scales, [group][row] */
+    _Alignas(64) float facc[AMX_TB * 32];                 /* [token of the block][row] */
+    _Alignas(64) int32_t cb[32 * 32];                     /* one group's tiles */
+    const float *sw = (const float *)w->scale;            /* [row][group] */
+    _Static_assert(AMX_KC % DSR1_MM_XG == 0 && DSR1_MM_XG % 64 == 0, "whole groups of tile steps");
+    const int na = j->n & ~31;
+    const int64_t rf = r0 + (r1 - r0) / 32 * 32;
+    if (na && rf > r0) T_CFG(&amx_16x64);
+    for (int64_t r = r0; r < rf && na; r += 32) {
+        for (int t0 = 0; t0 < na; t0 += AMX_TB) {
+            const int nb = na - t0 < AMX_TB ? na - t0 : AMX_TB;
+            memset(facc, 0, (size_t)nb * 32 * sizeof *facc);
+            for (int64_t c0 = 0; c0 < w->cols; c0 += AMX_KC) {
+                const int64_t len = w->cols - c0 < AMX_KC ? w->cols - c0 : AMX_KC;
+                dsr1_mm_i8l_panel(w, r, 32, 2, c0, len, codes);
+                for (int64_t gi = 0; gi * DSR1_MM_XG < len; gi++)
+                    for (int i = 0; i < 32; i++) ws[gi * 32 + i] = sw[(r + i) * j->ldg + c0 / DSR1_MM_XG + gi];
+                for (int b0 = 0; b0 < nb; b0 += 32) {
+                    const int8_t *xq = j->xq + (t0 + b0) * j->ldxq + c0;
+                    const int64_t xo = (t0 + b0) * j->ldg + c0 / DSR1_MM_XG;
+                    for (int64_t g0 = 0, gi = 0; g0 < len; g0 += DSR1_MM_XG, gi++) {
+                        const int64_t g1 = len - g0 < DSR1_MM_XG ? len : g0 + DSR1_MM_XG;
+                        c_zero();
+                        for (int64_t k = g0; k < g1; k += 64) dp_step(xq + k, j->ldxq, codes + k / 4 * 128);
+                        c_store(cb);
+                        group_step(cb, ws + gi * 32, j->xgs + xo + gi, j->xgc + xo + gi, j->ldg,
+                                   facc + b0 * 32);
+                    }
+                }
+            }
+            for (int b = 0; b < nb; b++)
+                for (int h = 0; h < 2; h++)
+                    _mm512_storeu_ps(j->y + (t0 + b) * j->ldy + r + 16 * h, _mm512_load_ps(facc + b * 32 + h * 16));
+        }
+    }
+    if (na && rf > r0) T_RELEASE();
+    leftovers(j, r0, rf, r1, na, dsr1_mm_rows_int8g_lanes_avx512);
+}

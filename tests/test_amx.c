@@ -1,0 +1,98 @@
+/*
+ * test_amx.c - W8A8 on AMX tiles (backends/cpu/matmul_amx_avx512.c) gives
+ * the VNNI kernels' bits and so the portable kernel's: INT8 weights with
+ * one scale per row (DSR1_ACT_INT8) and FP8 as W8A8 (DSR1_ACT_INT8_FAST),
+ * on shapes that leave work to the VNNI kernels (a stripe under 32 rows,
+ * n mod 32 tokens), one and several 512-column chunks, a last 128-column
+ * group of 64, more than one 192-token block; pools of 1 and 3 threads;
+ * every 11th INT8 token alone equals itself in the batch. On a CPU without
+ * AMX every test skips and says so: there is nothing to compare.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cpu/hw.h"
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/matmul_impl.h"
+#include "mat_util.h"
+#include "test.h"
+
+static float *make_x(int n, int64_t ldx, uint64_t seed)
+{
+    rng g = {seed};
+    float *x = malloc((size_t)n * (size_t)ldx * sizeof *x);
+    for (int64_t i = 0; i < n * ldx; i++) x[i] = dsr1_test_frand(&g, -2, 2);
+    return x;
+}
+
+/* NULL when the pools of this machine run AMX tiles, else why not. */
+static const char *no_amx(void)
+{
+    dsr1_hw hw;
+    dsr1_hw_detect(&hw);
+    if (!hw.amx_int8 || !hw.amx_tile) return "this CPU has no AMX-INT8 (cpuid)";
+    if (!hw.os_amx) return "the kernel does not grant AMX tile state";
+    return NULL;
+}
+
+static void amx_matches(dsr1_test_ctx *t, dsr1_type type, dsr1_act act, uint64_t seed)
+{
+    static const int64_t shapes[][2] = {{32, 64}, {64, 576}, {77, 2048}, {96, 1216}};
+    static const int ns[] = {32, 33, 63, 64, 200, 416};
+    static const int threads[] = {1, 3};
+    const int NMAX = 416;
+    for (int pi = 0; pi < 2; pi++) {
+        dsr1_pool *pool = NULL;
+        dsr1_error err = {0};
+        CHECK_OK(dsr1_pool_create(&pool, threads[pi], &err), &err);
+        if (!pool) return;
+        CHECKF(dsr1_pool_amx(pool), "the CPU has AMX but the pool does not use it");
+        for (int si = 0; si < 4; si++) {
+            int64_t rows = shapes[si][0], cols = shapes[si][1], ldx = cols + 7;
+            tmat m = dsr1_test_mat(type, rows, cols, 0, seed + (uint64_t)si);
+            float *x = make_x(NMAX, ldx, seed + 100 + (uint64_t)si);
+            size_t yb = (size_t)NMAX * (size_t)rows * 4;
+            float *amx = malloc(yb), *vnni = malloc(yb), *port = malloc(yb), *one = malloc((size_t)rows * 4);
+            for (int ni = 0; ni < 6; ni++) {
+                int n = ns[ni];
+                size_t bytes = (size_t)n * (size_t)rows * 4;
+                memset(amx, 0xff, yb); /* NaN: an output AMX forgot stays visible */
+                dsr1_matmul(pool, &m.w, x, ldx, amx, rows, n, act);
+                dsr1_matmul_noamx(pool, &m.w, x, ldx, vnni, rows, n, act);
+                dsr1_matmul_with(NULL, &m.w, x, ldx, port, rows, n, act, DSR1_MM_PORTABLE);
+                CHECKF(!memcmp(amx, vnni, bytes), "%s %lldx%lld n=%d, %d threads: AMX differs from VNNI",
+                       m.what, (long long)rows, (long long)cols, n, threads[pi]);
+                CHECKF(!memcmp(amx, port, bytes), "%s %lldx%lld n=%d, %d threads: AMX differs from portable",
+                       m.what, (long long)rows, (long long)cols, n, threads[pi]);
+                int bad = 0; /* FP8 alone runs bf16: W8A8 starts at DSR1_MM_RQ_MIN_N */
+                for (int tok = 0; tok < n && type == DSR1_T_INT8; tok += 11) {
+                    dsr1_matmul_with(NULL, &m.w, x + tok * ldx, ldx, one, rows, 1, act, DSR1_MM_PORTABLE);
+                    bad += memcmp(one, amx + (size_t)tok * (size_t)rows, (size_t)rows * 4) != 0;
+                }
+                CHECKF(!bad, "%s %lldx%lld n=%d: %d tokens alone differ from in the batch", m.what,
+                       (long long)rows, (long long)cols, n, bad);
+            }
+            free(amx);
+            free(vnni);
+            free(port);
+            free(one);
+            free(x);
+            dsr1_test_mat_free(&m);
+        }
+        dsr1_pool_free(pool);
+    }
+}
+
+DSR1_TEST(amx_int8_matches_vnni_and_portable)
+{
+    const char *why = no_amx();
+    if (why) DSR1_SKIP("%s: no AMX kernels to compare", why);
+    amx_matches(t, DSR1_T_INT8, DSR1_ACT_INT8, 900);
+}
+
+DSR1_TEST(amx_fp8_w8a8_matches_vnni_and_portable)
+{
+    const char *why = no_amx();
+    if (why) DSR1_SKIP("%s: no AMX kernels to compare", why);
+    amx_matches(t, DSR1_T_FP8_E4M3, DSR1_ACT_INT8_FAST, 950);
+}
