@@ -453,8 +453,9 @@ static void fill_task_run(void *ctx, int task, int ntasks)
 }
 
 /* fill_rows for all n tokens: on the pool's threads when there is enough
- * of x (a 512-token R1 chunk is 14 MB of floats: one thread quantising it
- * while 15 wait was most of an AMX matmul's time), else here. */
+ * of x, else here. A 512-token chunk of 7168 columns is 14 MB of floats:
+ * on a 16-core Xeon one thread quantising it while 15 waited held a
+ * 2048x7168 W8A8 matmul on AMX tiles to half its speed (README, "AMX"). */
 static void fill_all(dsr1_pool *p, const dsr1_mm_job *j, int avx)
 {
     int nth = p ? dsr1_pool_size(p) : 1;
