@@ -141,8 +141,8 @@ static int cmp_double(const void *a, const void *b)
 /* Step the engine until every sequence is done. Steps after every
  * sequence has its first token are pure decode steps: their median time
  * is robust to other processes stealing the machine now and then. */
-static int step_all(dsr1_engine *e, dsr1_event *ev, int batch, double *steps, int cap,
-                    model_result *res, dsr1_error *err)
+static int step_all(dsr1_engine *e, dsr1_event *ev, const int *seqs, int batch, double *steps,
+                    int cap, model_result *res, dsr1_error *err)
 {
     int started = 0, n_steps = 0, rc = 0;
     unsigned char *seen = calloc((size_t)batch + 1, 1);
@@ -157,8 +157,9 @@ static int step_all(dsr1_engine *e, dsr1_event *ev, int batch, double *steps, in
             if (ev[k].finish == DSR1_FINISH_ERROR)
                 rc = dsr1_errorf(err, DSR1_EINVAL, "bench: sequence %d failed: %s", ev[k].seq,
                                  ev[k].message ? ev[k].message : "?");
-            int i = ev[k].seq < batch && ev[k].seq >= 0 ? ev[k].seq : batch;
-            if (ev[k].token >= 0 && !seen[i]) seen[i] = 1, started++;
+            int i = 0; /* which of this run's sequences (slots are reused across runs) */
+            while (i < batch && seqs[i] != ev[k].seq) i++;
+            if (ev[k].token >= 0 && i < batch && !seen[i]) seen[i] = 1, started++;
         }
     }
     free(seen);
@@ -186,7 +187,7 @@ static int run_engine(dsr1_engine *e, int prompt, int batch, int gen, int vocab,
         make_prompt(p, prompt, vocab, salt + b);
         rc = dsr1_engine_submit(e, &r, &seqs[b], err);
     }
-    if (!rc) rc = step_all(e, ev, batch, steps, gen + 1, res, err);
+    if (!rc) rc = step_all(e, ev, seqs, batch, steps, gen + 1, res, err);
     if (!rc) collect(e, seqs, batch, t0, dsr1_common_now(), res);
     free(ids);
     free(seqs);
