@@ -111,6 +111,7 @@ static int cpu_buf_create(void *dev, size_t n, dsr1_bbuf **out, dsr1_error *err)
     dsr1_bbuf *b = malloc(sizeof *b + (n ? n : 1) * sizeof(float));
     if (!b) return dsr1_errorf(err, DSR1_ENOMEM, "cpu backend: cannot allocate %zu floats", n);
     b->n = n;
+    dsr1_touch(b, sizeof *b + n * sizeof(float)); /* the faults now, not in a step */
     *out = b;
     return 0;
 }
@@ -259,6 +260,14 @@ static int cpu_ws_create(void *dev, const dsr1_ws_sizes *s, void **out, dsr1_err
         return dsr1_errorf(err, DSR1_ENOMEM, "cpu backend: cannot allocate a workspace for %d tokens",
                            s->max_tokens);
     }
+    /* The buffers a step of max_tokens writes take their page faults now
+     * (dsr1_touch); the context-sized ones (kbuf, vt) fill as a context
+     * grows and are left alone. */
+    size_t H = (size_t)s->n_heads, r = (size_t)s->kv_lora_rank, row = r + (size_t)s->rope_dim;
+    void *const bufs[] = {w->ha, w->hb, w->xg, w->yg, w->slots, w->sh, w->router, w->qcat, w->olat, w->scores};
+    const size_t sizes[] = {T * I * 4, T * I * 4, T * D * 4, T * D * 4, T * K * D * 4, T * D * 4,
+                            (T * E + 1) * 4, T * H * row * 4, T * H * r * 4, w->score_cap * 4};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) dsr1_touch(bufs[i], sizes[i]);
     *out = w;
     return 0;
 }

@@ -266,10 +266,19 @@ void *dsr1_pool_scratch(dsr1_pool *p, size_t bytes)
     return s;
 }
 
+void dsr1_touch(void *mem, size_t bytes)
+{
+    volatile char *c = mem;
+    for (size_t i = 0; c && i < bytes; i += 4096) c[i] = 0;
+}
+
 int dsr1_pool_reserve(dsr1_pool *p, size_t bytes, dsr1_error *err)
 {
-    if (!p || dsr1_pool_scratch(p, bytes)) return 0;
-    return dsr1_errorf(err, DSR1_ENOMEM, "thread pool: cannot reserve %zu bytes of scratch", bytes);
+    if (!p) return 0;
+    void *s = dsr1_pool_scratch(p, bytes);
+    if (!s) return dsr1_errorf(err, DSR1_ENOMEM, "thread pool: cannot reserve %zu bytes of scratch", bytes);
+    dsr1_touch(s, p->scratch_cap);
+    return 0;
 }
 
 int dsr1_pool_avx512(const dsr1_pool *p) { return p->avx512; }
