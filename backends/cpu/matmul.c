@@ -88,6 +88,8 @@ int dsr1_mm_amx_usable(void)
 const char *dsr1_mm_kernels_name(void)
 {
     if (!dsr1_mm_avx512_usable()) return "portable";
+    if (dsr1_mm_amx_usable()) /* W8A8 on tiles (matmul_amx_avx512.c) */
+        return dsr1_mm_vbmi_usable() ? "avx512-bf16-vnni-vbmi-amx" : "avx512-bf16-vnni-amx";
     return dsr1_mm_vbmi_usable() ? "avx512-bf16-vnni-vbmi" : "avx512-bf16-vnni";
 }
 

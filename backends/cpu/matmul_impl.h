@@ -236,7 +236,8 @@ int dsr1_mm_amx_usable(void);
 /* Ask Linux for the tile data state; 1 when granted or already held. */
 int dsr1_mm_amx_permit(void);
 /* The kernel set dsr1_matmul runs here, as the start-up line names it:
- * "avx512-bf16-vnni-vbmi", "avx512-bf16-vnni" or "portable". */
+ * "avx512-bf16-vnni-vbmi", "avx512-bf16-vnni" or "portable", with "-amx"
+ * where W8A8 runs on AMX tiles. */
 const char *dsr1_mm_kernels_name(void);
 
 /* Read `bytes` once with 64-byte loads, software prefetch `prefetch` bytes
