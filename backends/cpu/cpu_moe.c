@@ -53,15 +53,8 @@ static void run_expert(cpu_ws *w, dsr1_pool *p, const cpu_lane *l, const dsr1_mo
     const int32_t *ord = w->order + w->first[e];
     for (int i = 0; i < cnt; i++)
         memcpy(l->xg + (size_t)i * D, x + (size_t)(ord[i] / K) * D, (size_t)D * sizeof(float));
-    const dsr1_wmat *g = dsr1_cpu_mat(mw->gate, e), *u = dsr1_cpu_mat(mw->up, e),
-                    *dn = dsr1_cpu_mat(mw->down, e);
-    /* With AMX an expert with enough tokens takes oneDNN like any matmul;
-     * only on the one-node path, whose buffers are the workspace's own
-     * (oneDNN's per-thread slots belong to the workspace's pool). */
-    if (w->dev->amx && p == dsr1_cpu_pool(w) && l->ha == w->ha && dsr1_cpu_take_dnnl(w, g, cnt, act))
-        dsr1_cpu_gated_mlp(w, g, u, dn, l->xg, D, cnt, l->yg, D, act);
-    else
-        dsr1_cpu_gated_mlp_on(p, l->ha, l->hb, g, u, dn, l->xg, D, cnt, l->yg, D, act);
+    dsr1_cpu_gated_mlp_on(p, l->ha, l->hb, dsr1_cpu_mat(mw->gate, e), dsr1_cpu_mat(mw->up, e),
+                          dsr1_cpu_mat(mw->down, e), l->xg, D, cnt, l->yg, D, act);
     for (int i = 0; i < cnt; i++)
         memcpy(w->slots + (size_t)ord[i] * D, l->yg + (size_t)i * D, (size_t)D * sizeof(float));
 }
