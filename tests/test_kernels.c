@@ -604,15 +604,18 @@ DSR1_TEST(kernels_int8_w8a8_lanes_matches_portable)
  * step (2048), of 64 but not 256 (192, 2112), none of 64 (200, 50: a
  * masked end, a row shorter than one vector), long rows (4160: n = 3, 4
  * tiled), rows that leave ragged 4-row tiles and tasks (37, 45, 21); 1
- * thread and 2, and every 13th token alone gives its bits in the batch. */
+ * thread and 2, and every 13th token alone gives its bits in the batch.
+ * Rows of at most 256 columns go four at a time (gemv_i8_short4: MLA's
+ * per-head 512x128 absorb matrices): 128 and 256 columns in whole 64-byte
+ * steps, 192, 200 and 50 with masked ends, 64 and 27 rows. */
 DSR1_TEST(kernels_int8_w8a8_gemv_matches_portable)
 {
     if (!dsr1_mm_avx512_usable())
         DSR1_SKIP("no AVX-512 BF16/VNNI kernels on this CPU: %s", "dsr1_matmul would be the portable kernel compared with itself");
     static const int ns[] = {1, 2, 3, 4};
     static const int64_t shapes[][2] = {{37, 2048}, {45, 192}, {21, 4160}, {40, 200},
-                                        {13, 50},   {29, 2112}};
-    int8_shapes_match(t, shapes, 6, ns, 4, 91, "W8A8 GEMV");
+                                        {13, 50},   {29, 2112}, {64, 128},  {27, 256}};
+    int8_shapes_match(t, shapes, 8, ns, 4, 91, "W8A8 GEMV");
 }
 
 /* The W4A8 order of matmul_impl.h written out here from its text: x
