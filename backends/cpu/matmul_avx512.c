@@ -14,7 +14,8 @@
  *   tokens. Whole 4-row bf16 tiles reduce their accumulators four to a
  *   register (hsum16x4) and add into y one vector per token.
  *   INT8 mode (W8A8): vpdpbusd straight from the packed weights, lanes as
- *   columns (up to 4 tokens in registers, more through 16-row panels);
+ *   columns (up to 4 tokens in registers, more through 16-row panels;
+ *   rows of at most 256 columns four at a time: gemv_i8_short4);
  *   from I8L_MIN_N tokens with one scale per row and columns a multiple of
  *   64: rows in lanes, matmul_lanes_avx512.c.
  *   INT4 weights in INT8 mode (W4A8): rows in lanes - the packed codes of
