@@ -333,6 +333,52 @@ DSR1_TEST(kernels_fp8_vbmi_matches_fallback)
     dsr1_pool_free(pool);
 }
 
+/* FP8 block scales of 64 and 96 columns and rows: groups that do not
+ * divide the 2048-column chunks, so a chunk starts inside a group and the
+ * GEMV's x' preparation (fp8_prep_x) walks the row's scales from there;
+ * every kernel must still give the portable bits. */
+DSR1_TEST(kernels_fp8_odd_groups_match_portable)
+{
+    if (!dsr1_mm_avx512_usable())
+        DSR1_SKIP("no AVX-512 BF16/VNNI kernels on this CPU: %s", "neither FP8 vector path runs");
+    static const int groups[] = {64, 96};
+    static const int ns[] = {1, 2, 5};
+    const int64_t rows = 133, cols = 4200;
+    dsr1_pool *pool = NULL;
+    dsr1_error err = {0};
+    CHECK_OK(dsr1_pool_create(&pool, 2, &err), &err);
+    for (int gi = 0; gi < 2; gi++) {
+        const int g = groups[gi];
+        tmat m = dsr1_test_mat(DSR1_T_FP8_E4M3, rows, cols, 0, 90 + (uint64_t)gi);
+        size_t nscale = (size_t)(((rows + g - 1) / g) * ((cols + g - 1) / g));
+        float *sc = malloc(nscale * 4);
+        rng r = {91 + (uint64_t)gi};
+        for (size_t i = 0; i < nscale; i++) sc[i] = dsr1_test_frand(&r, 0.001f, 0.02f);
+        dsr1_wmat w = m.w;
+        w.group = g;
+        w.scale = sc;
+        for (int ni = 0; ni < 3; ni++) {
+            int n = ns[ni];
+            float *x = make_x(n, cols, 92 + (uint64_t)n);
+            size_t bytes = (size_t)(n * rows) * 4;
+            float *y[3];
+            for (int k = 0; k < 3; k++) {
+                y[k] = malloc(bytes);
+                dsr1_matmul_with(k ? pool : NULL, &w, x, cols, y[k], rows, n, DSR1_ACT_BF16,
+                                 fp8_kernels[k]);
+            }
+            for (int k = 1; k < 3; k++)
+                CHECKF(!memcmp(y[k], y[0], bytes), "%s group %d n=%d: differs from portable",
+                       fp8_kernel_name[k], g, n);
+            for (int k = 0; k < 3; k++) free(y[k]);
+            free(x);
+        }
+        free(sc);
+        dsr1_test_mat_free(&m);
+    }
+    dsr1_pool_free(pool);
+}
+
 /* dsr1_ffn_gate_up is exactly silu(gate) * up from two matmuls. */
 DSR1_TEST(kernels_ffn_gate_up)
 {

@@ -374,7 +374,7 @@ INLINE void mk_i8(const int rt, const int nt, const int8_t *w, int64_t ldw, cons
         __m512i wv[MR];
 #pragma GCC unroll 4
         for (int a = 0; a < rt; a++) {
-            /* the next tile's line into L2, as fp8_prefetch (and why):
+            /* the next tile's line into L2, as fp8_prefetch did before tile_prefetch (and why):
              * W8A8 GEMV of 18432x7168, 2 threads, Zen 4, 4 KiB along the
              * row into L1 21.8-29.5 GB/s, this 34.7-38.9 (interleaved) */
             _mm_prefetch((const char *)(w + (a + MR) * ldw + k), _MM_HINT_T1);
@@ -855,10 +855,22 @@ static void fp8_prep_x(const dsr1_mm_job *j, int64_t r, int t0, int nb, int64_t 
      * step: then one scale per column. */
     const int per_col = w->group % 32 != 0;
     _Alignas(64) float sc[DSR1_MM_KC_BF16 + 32];
-    if (per_col)
+    if (per_col) {
         for (int64_t k = 0; k < padded; k++) sc[k] = k < len ? fp8_scale(w, r, c0 + k) : 0.0f;
-    else
+    } else if (w->scale_type == DSR1_T_F32) {
+        /* The row's block scales walked group by group: fp8_scale's three
+         * divisions per step were 4% of an FP8 decode's samples (perf,
+         * Zen 5) - most of this function's time. */
+        const int64_t g = w->group;
+        const float *srow = (const float *)w->scale + (r / g) * ((w->cols + g - 1) / g);
+        int64_t gi = c0 / g, next = (gi + 1) * g - c0;
+        for (int64_t k = 0; k < padded; k += 32) {
+            if (k >= next) gi++, next += g;
+            sc[k] = srow[gi];
+        }
+    } else {
         for (int64_t k = 0; k < padded; k += 32) sc[k] = fp8_scale(w, r, c0 + k);
+    }
     for (int b = 0; b < nb; b++) {
         const float *x = j->x + (t0 + b) * j->ldx + c0;
         uint16_t *o = xp + b * ldp;
@@ -881,31 +893,45 @@ static void fp8_prep_x(const dsr1_mm_job *j, int64_t r, int t0, int nb, int64_t 
     }
 }
 
-/* The GEMV's software prefetch: the same line of the row one tile (MR
- * rows) further on, into L2. The tiles stream their rows whole, one after
- * the other, so that is the line this row position reads next; a distance
- * along the row instead (PREFETCH bytes) ran into the next row of the same
- * tile at the end of each row - lines already read - and left the next
- * tile's rows to the hardware prefetcher. Measured on a 132 MB FP8 matrix,
- * one core, Zen 4 (byte-table decode): 4 KiB along the row into L1 about
- * 12 GB/s, into L2 11-14, one tile ahead into L1 11-14, one tile ahead into
- * L2 17-19 (two tiles ahead, or _MM_HINT_T2: the same); the hint matters
- * presumably because L1 prefetches hold L1 miss buffers. Past the last row
- * it touches other rows or no mapping: prefetches do not fault. */
-INLINE void fp8_prefetch(const uint8_t *p, int64_t ldw)
+/* The GEMV's software prefetch, in the order the tiles read: a tile reads
+ * its rows side by side, so the line it needs TILE_PF bytes of row later
+ * is TILE_PF further along the same row - or, past the row's end, in the
+ * same row of the next tile, (rt - 1) rows further. Rows shorter than
+ * TILE_PF: whole tiles ahead, at least TILE_PF bytes of row. Into L1:
+ * that keeps rt * TILE_PF bytes in flight (8 KiB for 4-row tiles).
+ * Before, the same line one tile further on went to L2 - 28 KiB ahead for
+ * rows of 7168 bytes, and the hint did not keep it out of L1 on Zen 5.
+ * dsr1_matmul at n = 1 over 1 GB of 2048x7168 FP8 matrices, 2 threads,
+ * AMD EPYC Zen 5, the two alternated: 37.8-38.9 -> 49.3-51.1 GB/s, 0.55-0.60
+ * -> 0.73-0.77 of a read loop run after each (per row 512 bytes ahead:
+ * 0.60-0.63, 1024: 0.61-0.75, 3072-6144: 0.67-0.70; hint T1: 0.68-0.69).
+ * The same loop reading the codes and nothing else ran at 0.51-0.64 the
+ * old way, so it was the access pattern, not the decode. Past the last
+ * row it touches other rows or no mapping: prefetches do not fault. */
+#define TILE_PF 2048
+typedef struct tile_pf {
+    int64_t ahead; /* bytes from the line read to the one asked for */
+    int64_t left;  /* bytes of the row from the chunk's start */
+    int64_t wrap;  /* added once ahead runs past the row's end */
+} tile_pf;
+
+/* rt rows of ldw bytes, the chunk starting done bytes into each row. */
+INLINE tile_pf tile_pf_make(int rt, int64_t ldw, int64_t done)
 {
-    /* At least 4 KiB ahead: a tile of short rows (MLA's per-head absorb
-     * matrices, 128 columns: 512 bytes) is a short distance for DRAM's
-     * latency. dsr1_matmul over 200 MB of 512x128 FP8 matrices, one
-     * thread, Zen 5, five alternating rounds: 15.6-17.6 -> 17.8-19.6
-     * GB/s; 128x512 (2 KiB a tile) unchanged. */
-    _mm_prefetch((const char *)p + (MR * ldw > 4096 ? MR * ldw : 4096), _MM_HINT_T1);
+    if (ldw >= TILE_PF) return (tile_pf){TILE_PF, ldw - done, (rt - 1) * ldw};
+    return (tile_pf){(TILE_PF + ldw - 1) / ldw * rt * ldw, INT64_MAX, 0};
+}
+
+/* p: the line row a reads now, k bytes into the chunk. */
+INLINE void tile_prefetch(const uint8_t *p, int64_t k, tile_pf f)
+{
+    _mm_prefetch((const char *)p + f.ahead + (k + f.ahead >= f.left ? f.wrap : 0), _MM_HINT_T0);
 }
 
 /* GEMV tile: rows w[a] (stride ldw bytes) x tokens xp[b], codes decoded in
  * registers, each weight byte read once for all nt tokens. */
 INLINE void mk_fp8(const int rt, const int nt, const uint8_t *w, int64_t ldw, const uint16_t *xp,
-                   int64_t ldp, int64_t len, float out[MR][NR])
+                   int64_t ldp, int64_t len, float out[MR][NR], tile_pf pf)
 {
     const fp8_lut l = fp8_lut_load();
     __m512 acc[MR][NR];
@@ -917,7 +943,7 @@ INLINE void mk_fp8(const int rt, const int nt, const uint8_t *w, int64_t ldw, co
         __m512bh wv[MR];
 #pragma GCC unroll 4
         for (int a = 0; a < rt; a++) {
-            if (k % 64 == 0) fp8_prefetch(w + a * ldw + k, ldw);
+            if (k % 64 == 0) tile_prefetch(w + a * ldw + k, k, pf);
             wv[a] = len - k >= 32 ? fp8x32_bf16(w + a * ldw + k, l)
                                   : fp8x32_bf16_mask(w + a * ldw + k, len - k, l);
         }
@@ -944,9 +970,9 @@ INLINE void mk_fp8(const int rt, const int nt, const uint8_t *w, int64_t ldw, co
     }
 
 static void tile_fp8(int rt, int nt, const uint8_t *w, int64_t ldw, const uint16_t *xp,
-                     int64_t ldp, int64_t len, float out[MR][NR])
+                     int64_t ldp, int64_t len, float out[MR][NR], tile_pf pf)
 {
-    FP8_CASES(mk_fp8, w, ldw, xp, ldp, len, out)
+    FP8_CASES(mk_fp8, w, ldw, xp, ldp, len, out, pf)
 }
 
 /* One 64-column step of mk_fp8_vbmi: rows' codes decoded, then the two
@@ -977,7 +1003,7 @@ VBMI_INLINE void fp8_step_vbmi(const int rt, const int nt, const __m512i raw[MR]
  * only when that holds columns, as mk_fp8 would. */
 VBMI_INLINE void mk_fp8_vbmi(const int rt, const int nt, const uint8_t *w, int64_t ldw,
                              const uint16_t *xp, int64_t ldp, int64_t len, float out[MR][NR],
-                             const fp8_btab *tab)
+                             const fp8_btab *tab, tile_pf pf)
 {
     const fp8_bregs t = fp8_bregs_load(tab);
     __m512 acc[MR][NR];
@@ -990,7 +1016,7 @@ VBMI_INLINE void mk_fp8_vbmi(const int rt, const int nt, const uint8_t *w, int64
     for (; k + 64 <= len; k += 64) {
 #pragma GCC unroll 4
         for (int a = 0; a < rt; a++) {
-            fp8_prefetch(w + a * ldw + k, ldw);
+            tile_prefetch(w + a * ldw + k, k, pf);
             raw[a] = _mm512_loadu_si512(w + a * ldw + k);
         }
         fp8_step_vbmi(rt, nt, raw, t, xp + k, ldp, 1, acc);
@@ -1008,9 +1034,10 @@ VBMI_INLINE void mk_fp8_vbmi(const int rt, const int nt, const uint8_t *w, int64
 }
 
 VBMI void tile_fp8_vbmi(int rt, int nt, const uint8_t *w, int64_t ldw, const uint16_t *xp,
-                        int64_t ldp, int64_t len, float out[MR][NR], const fp8_btab *tab)
+                        int64_t ldp, int64_t len, float out[MR][NR], const fp8_btab *tab,
+                        tile_pf pf)
 {
-    FP8_CASES(mk_fp8_vbmi, w, ldw, xp, ldp, len, out, tab)
+    FP8_CASES(mk_fp8_vbmi, w, ldw, xp, ldp, len, out, tab, pf)
 }
 
 /* fp8_panel with the byte-table decode. */
@@ -1204,10 +1231,11 @@ static void fp8_gemv(const dsr1_mm_job *j, int64_t r0, int64_t r1)
                 for (int64_t c0 = 0; c0 < w->cols; c0 += kc) {
                     int64_t len = w->cols - c0 < kc ? w->cols - c0 : kc;
                     const uint8_t *q = (const uint8_t *)w->data + r * w->cols + c0;
+                    tile_pf pf = tile_pf_make(rt, w->cols, c0);
                     if (j->vbmi)
-                        tile_fp8_vbmi(rt, nt, q, w->cols, xp + t0 * ldp + c0, ldp, len, out, &tab);
+                        tile_fp8_vbmi(rt, nt, q, w->cols, xp + t0 * ldp + c0, ldp, len, out, &tab, pf);
                     else
-                        tile_fp8(rt, nt, q, w->cols, xp + t0 * ldp + c0, ldp, len, out);
+                        tile_fp8(rt, nt, q, w->cols, xp + t0 * ldp + c0, ldp, len, out, pf);
                     add_chunk(j, r, t0, rt, nt, c0, out);
                 }
             }
