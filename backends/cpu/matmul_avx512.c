@@ -374,9 +374,10 @@ INLINE void mk_i8(const int rt, const int nt, const int8_t *w, int64_t ldw, cons
         __m512i wv[MR];
 #pragma GCC unroll 4
         for (int a = 0; a < rt; a++) {
-            /* the next tile's line into L2, as fp8_prefetch did before tile_prefetch (and why):
-             * W8A8 GEMV of 18432x7168, 2 threads, Zen 4, 4 KiB along the
-             * row into L1 21.8-29.5 GB/s, this 34.7-38.9 (interleaved) */
+            /* the next tile's line, T1 (W8A8 GEMV of 18432x7168, 2
+             * threads, Zen 4: 4 KiB along the row into L1 21.8-29.5 GB/s,
+             * this 34.7-38.9, interleaved); the FP8 GEMV's tile_prefetch,
+             * better on Zen 5, was not tried here */
             _mm_prefetch((const char *)(w + (a + MR) * ldw + k), _MM_HINT_T1);
             wv[a] = _mm512_xor_si512(_mm512_loadu_si512(w + a * ldw + k), flip);
         }
@@ -608,7 +609,7 @@ INLINE void mk_fused(const int type, const int nt, const int bf, const dsr1_mm_j
 {
     const dsr1_wmat *w = j->w;
     const int64_t g = type_group(type, w);
-    /* bytes per row: the next tile's line goes to L2 as in fp8_prefetch
+    /* bytes per row: the next tile's line, T1, as the INT8 tile does
      * (BF16 LM head 129280x7168, n = 1, 2 threads, Zen 4: median of 8
      * interleaved runs 27.5 GB/s with 4 KiB along the row into L1, 30.9) */
     const int64_t ldb = (w->cols * type_bits(type)) >> 3;
@@ -1050,7 +1051,7 @@ VBMI void fp8_panel_vbmi(const dsr1_wmat *w, int64_t r, int pr, int64_t c0, int6
         uint16_t *o = buf + i * kc;
         for (int64_t k = 0; k < len; k += 64) {
             __m512i w0, w1;
-            /* the next panel's line in this place into L2, as fp8_prefetch
+            /* the next panel's line in this place, T1
              * (18432x7168, 2 threads: n = 8 13.3 -> 12.2 ms, 16 18.0 ->
              * 16.8, 64 48.4-50.2 -> 47.4-47.8; 4 KiB along the row before) */
             _mm_prefetch((const char *)q + k + pr * w->cols, _MM_HINT_T1);
