@@ -31,9 +31,9 @@
  *   shift/add plus a 5-bit table for the subnormals, 32 codes in about 7;
  *   both give dsr1_mm_fp8_bf16's bits - the block scale goes into x'
  *   (prepared per 128-row block in the task's scratch, token by token);
- *   n <= 4 decodes in registers row by row, prefetching one tile of rows
- *   ahead into L2, more through decoded 64-row panels (16 without the
- *   task's scratch).
+ *   n <= 4 decodes in registers row by row, prefetching in the order the
+ *   4-row tiles read (tile_prefetch), more through decoded 64-row panels
+ *   (16 without the task's scratch).
  *   The activations' preparation (bf16 rounding, W8A8 quantisation) has
  *   vector versions here too, called by matmul.c with the same results.
  *   INT4 GEMV in BF16 mode has a dedicated kernel too (per-group code table,
@@ -602,6 +602,41 @@ INLINE void fused_tail(const int nt, const int bf, const dsr1_mm_job *j, int64_t
     }
 }
 
+/* The GEMV's software prefetch, in the order the tiles read: a tile reads
+ * its rows side by side, so the line it needs TILE_PF bytes of row later
+ * is TILE_PF further along the same row - or, past the row's end, in the
+ * same row of the next tile, (rt - 1) rows further. Rows shorter than
+ * TILE_PF: whole tiles ahead, at least TILE_PF bytes of row. Into L1:
+ * that keeps rt * TILE_PF bytes in flight (8 KiB for 4-row tiles).
+ * Before, the same line one tile further on went to L2 - 28 KiB ahead for
+ * rows of 7168 bytes, and the hint did not keep it out of L1 on Zen 5.
+ * dsr1_matmul at n = 1 over 1 GB of 2048x7168 FP8 matrices, 2 threads,
+ * AMD EPYC Zen 5, the two alternated: 37.8-38.9 -> 49.3-51.1 GB/s, 0.55-0.60
+ * -> 0.73-0.77 of a read loop run after each (per row 512 bytes ahead:
+ * 0.60-0.63, 1024: 0.61-0.75, 3072-6144: 0.67-0.70; hint T1: 0.68-0.69).
+ * The same loop reading the codes and nothing else ran at 0.51-0.64 the
+ * old way, so it was the access pattern, not the decode. Past the last
+ * row it touches other rows or no mapping: prefetches do not fault. */
+#define TILE_PF 2048
+typedef struct tile_pf {
+    int64_t ahead; /* bytes from the line read to the one asked for */
+    int64_t left;  /* bytes of the row from the chunk's start */
+    int64_t wrap;  /* added once ahead runs past the row's end */
+} tile_pf;
+
+/* rt rows of ldw bytes, the chunk starting done bytes into each row. */
+INLINE tile_pf tile_pf_make(int rt, int64_t ldw, int64_t done)
+{
+    if (ldw >= TILE_PF) return (tile_pf){TILE_PF, ldw - done, (rt - 1) * ldw};
+    return (tile_pf){(TILE_PF + ldw - 1) / ldw * rt * ldw, INT64_MAX, 0};
+}
+
+/* p: the line row a reads now, k bytes into the chunk. */
+INLINE void tile_prefetch(const uint8_t *p, int64_t k, tile_pf f)
+{
+    _mm_prefetch((const char *)p + f.ahead + (k + f.ahead >= f.left ? f.wrap : 0), _MM_HINT_T0);
+}
+
 /* Rows r..r+3, tokens t0..t0+nt-1, one column chunk [c0, c0+len): the
  * weights are dequantised in registers, read from memory exactly once. */
 INLINE void mk_fused(const int type, const int nt, const int bf, const dsr1_mm_job *j,
@@ -609,10 +644,16 @@ INLINE void mk_fused(const int type, const int nt, const int bf, const dsr1_mm_j
 {
     const dsr1_wmat *w = j->w;
     const int64_t g = type_group(type, w);
-    /* bytes per row: the next tile's line, T1, as the INT8 tile does
-     * (BF16 LM head 129280x7168, n = 1, 2 threads, Zen 4: median of 8
-     * interleaved runs 27.5 GB/s with 4 KiB along the row into L1, 30.9) */
+    /* bytes per row; prefetched as the FP8 GEMV does (tile_prefetch). On
+     * Zen 4 the next tile's line into L2 had beaten 4 KiB along the row
+     * into L1 (BF16 LM head 129280x7168, n = 1, 2 threads: 30.9 against
+     * 27.5 GB/s); on Zen 5 tile_prefetch beat the next tile's line:
+     * dsr1_matmul over 1.5 GB of 4096x7168 BF16 matrices, n = 1, 2
+     * threads, alternated, 44-56 against 32-50 GB/s, 0.78-0.86 of a read
+     * loop against 0.65-0.75 (rounds where both met the read loop's speed
+     * left out). */
     const int64_t ldb = (w->cols * type_bits(type)) >> 3;
+    const tile_pf pf = tile_pf_make(MR, ldb, (c0 * type_bits(type)) >> 3);
     const uint8_t *row[MR];
     __m512 acc[MR][NR];
 #pragma GCC unroll 4
@@ -638,8 +679,8 @@ INLINE void mk_fused(const int type, const int nt, const int bf, const dsr1_mm_j
             __m512bh wv[MR];
 #pragma GCC unroll 4
             for (int a = 0; a < MR; a++) {
-                _mm_prefetch((const char *)row[a] + ((c0 + k) * type_bits(type) >> 3) + MR * ldb,
-                             _MM_HINT_T1);
+                tile_prefetch(row[a] + ((c0 + k) * type_bits(type) >> 3),
+                              (k * type_bits(type)) >> 3, pf);
                 if (type == DSR1_T_INT4 && bf) {
                     wv[a] = int4x32_bf16(row[a] + (c0 + k) / 2, &tab[a]);
                 } else if (type == DSR1_T_INT4) {
@@ -892,41 +933,6 @@ static void fp8_prep_x(const dsr1_mm_job *j, int64_t r, int t0, int nb, int64_t 
             _mm512_store_si512(o + k, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
         }
     }
-}
-
-/* The GEMV's software prefetch, in the order the tiles read: a tile reads
- * its rows side by side, so the line it needs TILE_PF bytes of row later
- * is TILE_PF further along the same row - or, past the row's end, in the
- * same row of the next tile, (rt - 1) rows further. Rows shorter than
- * TILE_PF: whole tiles ahead, at least TILE_PF bytes of row. Into L1:
- * that keeps rt * TILE_PF bytes in flight (8 KiB for 4-row tiles).
- * Before, the same line one tile further on went to L2 - 28 KiB ahead for
- * rows of 7168 bytes, and the hint did not keep it out of L1 on Zen 5.
- * dsr1_matmul at n = 1 over 1 GB of 2048x7168 FP8 matrices, 2 threads,
- * AMD EPYC Zen 5, the two alternated: 37.8-38.9 -> 49.3-51.1 GB/s, 0.55-0.60
- * -> 0.73-0.77 of a read loop run after each (per row 512 bytes ahead:
- * 0.60-0.63, 1024: 0.61-0.75, 3072-6144: 0.67-0.70; hint T1: 0.68-0.69).
- * The same loop reading the codes and nothing else ran at 0.51-0.64 the
- * old way, so it was the access pattern, not the decode. Past the last
- * row it touches other rows or no mapping: prefetches do not fault. */
-#define TILE_PF 2048
-typedef struct tile_pf {
-    int64_t ahead; /* bytes from the line read to the one asked for */
-    int64_t left;  /* bytes of the row from the chunk's start */
-    int64_t wrap;  /* added once ahead runs past the row's end */
-} tile_pf;
-
-/* rt rows of ldw bytes, the chunk starting done bytes into each row. */
-INLINE tile_pf tile_pf_make(int rt, int64_t ldw, int64_t done)
-{
-    if (ldw >= TILE_PF) return (tile_pf){TILE_PF, ldw - done, (rt - 1) * ldw};
-    return (tile_pf){(TILE_PF + ldw - 1) / ldw * rt * ldw, INT64_MAX, 0};
-}
-
-/* p: the line row a reads now, k bytes into the chunk. */
-INLINE void tile_prefetch(const uint8_t *p, int64_t k, tile_pf f)
-{
-    _mm_prefetch((const char *)p + f.ahead + (k + f.ahead >= f.left ? f.wrap : 0), _MM_HINT_T0);
 }
 
 /* GEMV tile: rows w[a] (stride ldw bytes) x tokens xp[b], codes decoded in
