@@ -608,14 +608,19 @@ INLINE void fused_tail(const int nt, const int bf, const dsr1_mm_job *j, int64_t
  * same row of the next tile, (rt - 1) rows further. Rows shorter than
  * TILE_PF: whole tiles ahead, at least TILE_PF bytes of row. Into L1:
  * that keeps rt * TILE_PF bytes in flight (8 KiB for 4-row tiles).
- * Before, the same line one tile further on went to L2 - 28 KiB ahead for
- * rows of 7168 bytes, and the hint did not keep it out of L1 on Zen 5.
+ * Before, the same line one tile further on, hint T1 - 28 KiB ahead for
+ * rows of 7168 bytes (why that lost on Zen 5 was not measured apart).
  * dsr1_matmul at n = 1 over 1 GB of 2048x7168 FP8 matrices, 2 threads,
- * AMD EPYC Zen 5, the two alternated: 37.8-38.9 -> 49.3-51.1 GB/s, 0.55-0.60
- * -> 0.73-0.77 of a read loop run after each (per row 512 bytes ahead:
+ * AMD EPYC Zen 5, the two alternated (two runs, two rounds each; a round of
+ * the old build while the read loop fell to 32 GB/s left out): 37.8-38.9
+ * -> 47.1-51.1 GB/s, 0.55-0.58 -> 0.67-0.77 of a read loop run after each
+ * (per row 512 bytes ahead:
  * 0.60-0.63, 1024: 0.61-0.75, 3072-6144: 0.67-0.70; hint T1: 0.68-0.69).
  * The same loop reading the codes and nothing else ran at 0.51-0.64 the
- * old way, so it was the access pattern, not the decode. Past the last
+ * old way, so it was the access pattern, not the decode. Short rows, one
+ * thread as the per-head calls run, 200 MB of matrices, 3 alternated
+ * rounds: 512x128 even (11.6-19.2 against 12.3-19.4 GB/s), 128x512
+ * 19.1-22.4 against 13.2-18.5. Past the last
  * row it touches other rows or no mapping: prefetches do not fault. */
 #define TILE_PF 2048
 typedef struct tile_pf {
