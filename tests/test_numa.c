@@ -199,7 +199,7 @@ DSR1_TEST(numa_team_runs_each_node_on_its_cpus)
 
 /* ---- the MoE op and the whole model: same bits on 2 virtual nodes ------------------------ */
 
-enum { MD = 64, MI = 64, ME = 8, MK = 3, MT = 16 };
+enum { MD = 64, MI = 64, ME = 8, MK = 3, MT = 800 };
 
 static float *rnd(size_t n, uint32_t seed, float scale)
 {
@@ -211,15 +211,16 @@ static float *rnd(size_t n, uint32_t seed, float scale)
     return v;
 }
 
-/* One MoE call on a CPU backend with `numa` nodes; writes out[n][MD]. */
-static void moe_once(dsr1_test_ctx *t, int numa, dsr1_type type, dsr1_act act, int n, float *out,
-                     uint64_t *runs)
+/* One MoE call on a CPU backend with `numa` nodes and `threads` threads;
+ * writes out[n][MD], the node-by-node runs and the side-by-side runs. */
+static void moe_once(dsr1_test_ctx *t, int numa, int threads, dsr1_type type, dsr1_act act, int n,
+                     float *out, uint64_t *runs, uint64_t *ep)
 {
     const dsr1_backend_ops *be;
     void *dev = NULL, *ws = NULL;
     dsr1_error err;
     CHECK_OK(dsr1_backend_find("cpu", &be, NULL, 0, &err), &err);
-    dsr1_backend_options o = {.threads = 2, .numa_nodes = numa};
+    dsr1_backend_options o = {.threads = threads, .numa_nodes = numa};
     CHECK_OK(be->create(&o, &dev, &err), &err);
     if (!dev) return;
     dsr1_ws_sizes s = {.max_tokens = MT, .hidden = MD, .inter = MI, .moe_inter = MI, .n_experts = ME,
@@ -258,6 +259,7 @@ static void moe_once(dsr1_test_ctx *t, int numa, dsr1_type type, dsr1_act act, i
         be->read(ws, yv, n, MD, out, MD);
         CHECK_OK(be->step_end(ws, &err), &err);
         *runs = ((cpu_ws *)ws)->numa_runs;
+        *ep = ((cpu_ws *)ws)->ep_runs;
     }
     be->buf_free(dev, xb);
     be->buf_free(dev, yb);
@@ -275,22 +277,52 @@ DSR1_TEST(numa_moe_bit_identical)
     cpu_set_t saved;
     REQUIRE(sched_getaffinity(0, sizeof saved, &saved) == 0);
     static const dsr1_type types[] = {DSR1_T_F32, DSR1_T_BF16};
-    static const int ns[] = {1, 5, MT};
-    float one[MT * MD], two[MT * MD];
+    static const int ns[] = {1, 5, 16};
+    static float one[MT * MD], two[MT * MD];
     for (int ti = 0; ti < 2; ti++)
         for (int a = 0; a < 2; a++)
             for (int k = 0; k < 3; k++) {
                 dsr1_act act = a ? DSR1_ACT_INT8 : DSR1_ACT_F32;
-                uint64_t r1 = 99, r2 = 0;
+                uint64_t r1 = 99, r2 = 0, ep;
                 memset(one, 0, sizeof one), memset(two, 0xff, sizeof two);
-                moe_once(t, 1, types[ti], act, ns[k], one, &r1);
-                moe_once(t, 2, types[ti], act, ns[k], two, &r2);
+                moe_once(t, 1, 2, types[ti], act, ns[k], one, &r1, &ep);
+                moe_once(t, 2, 2, types[ti], act, ns[k], two, &r2, &ep);
                 CHECKF(r1 == 0 && r2 == 1, "node-by-node runs: %llu with one node, %llu with two",
                        (unsigned long long)r1, (unsigned long long)r2);
                 CHECKF(!memcmp(one, two, (size_t)ns[k] * MD * 4), "type %d act %d n=%d: bits differ",
                        (int)types[ti], (int)act, ns[k]);
             }
     sched_setaffinity(0, sizeof saved, &saved);
+}
+
+/* Experts side by side (cpu_moe.c: each thread whole experts, from 16
+ * tokens) against one thread running them in turn: the same bits, at 16
+ * tokens (each expert in one go) and 800 (300 per expert on average:
+ * in parts of at most 256 tokens). Every (token, expert) pair's output is
+ * compared, so a part that skipped or repeated tokens, or a lane's buffer
+ * shared between threads, fails it. */
+DSR1_TEST(moe_side_by_side_bit_identical)
+{
+    if (ncpus() < 2) {
+        dsr1_test_skip(t, "one CPU: one thread runs the experts in turn either way");
+        return;
+    }
+    static const dsr1_type types[] = {DSR1_T_F32, DSR1_T_BF16};
+    static const int ns[] = {16, MT};
+    static float one[MT * MD], two[MT * MD];
+    for (int ti = 0; ti < 2; ti++)
+        for (int a = 0; a < 2; a++)
+            for (int k = 0; k < 2; k++) {
+                dsr1_act act = a ? DSR1_ACT_INT8 : DSR1_ACT_F32;
+                uint64_t r, ep1 = 99, ep2 = 0;
+                memset(one, 0, sizeof one), memset(two, 0xff, sizeof two);
+                moe_once(t, 1, 1, types[ti], act, ns[k], one, &r, &ep1);
+                moe_once(t, 1, 2, types[ti], act, ns[k], two, &r, &ep2);
+                CHECKF(ep1 == 0 && ep2 == 1, "side-by-side runs: %llu with one thread, %llu with two",
+                       (unsigned long long)ep1, (unsigned long long)ep2);
+                CHECKF(!memcmp(one, two, (size_t)ns[k] * MD * 4), "type %d act %d n=%d: bits differ",
+                       (int)types[ti], (int)act, ns[k]);
+            }
 }
 
 /* The tiny R1-layout model: logits of 9 tokens (one prefill, and one token

@@ -141,6 +141,7 @@ static void cpu_ws_free(void *wsp)
     if (!w) return;
     dsr1_pool_free(w->own_pool);
     dsr1_cpu_numa_ws_free(w);
+    dsr1_cpu_moe_lanes_free(w);
     dsr1_dnnl_free(w->dnnl);
     for (int i = 0; i < w->n_hpools; i++) dsr1_pool_free(w->hpool[i]);
     free(w->hpool);
@@ -254,6 +255,7 @@ static int cpu_ws_create(void *dev, const dsr1_ws_sizes *s, void **out, dsr1_err
     if (!rc) rc = alloc_hpools(w, dsr1_pool_size(w->dev->pool));
     if (!rc) rc = dsr1_pool_reserve(w->dev->pool, pool_need(w), NULL);
     if (!rc) rc = dsr1_cpu_numa_ws(w);
+    if (!rc && !w->dev->topo) rc = dsr1_cpu_moe_lanes(w);
     if (rc || !w->ha || !w->hb || !w->router || !w->eidx || !w->ew || !w->order || !w->count ||
         !w->first || !w->xg || !w->yg || !w->slots || !w->sh || !w->route_scratch) {
         cpu_ws_free(w);
@@ -285,6 +287,8 @@ static void cpu_ws_threads(void *wsp, int threads)
     int need = dsr1_pool_size(dsr1_cpu_pool(w));
     /* Fewer scratch pools than threads only narrows the per-head split. */
     if (need > w->n_hpools) (void)alloc_hpools(w, need);
+    /* Fewer lanes than threads keeps the MoE's experts split (cpu_moe.c). */
+    if (!w->dev->topo) (void)dsr1_cpu_moe_lanes(w);
 }
 
 /* ---- steps and copies ----------------------------------------------------------- */

@@ -63,7 +63,8 @@ typedef struct cpu_dev {
     char numa_note[160];     /* the first placement failure, or "" */
 } cpu_dev;
 
-/* One node's MoE buffers (its experts run at once with other nodes'). */
+/* One node's or one thread's MoE buffers (its experts run at once with
+ * other nodes' or threads'). */
 typedef struct cpu_lane {
     float *xg, *yg;          /* [T][D] gathered rows and expert output */
     float *ha, *hb;          /* [T][moe_inter] expert hidden */
@@ -105,6 +106,11 @@ typedef struct cpu_ws {
     cpu_lane *lane;          /* [n_lanes] per NUMA node, owned; NULL with one node */
     int n_lanes;
     uint64_t numa_runs;      /* MoE calls run node by node (tests check the path ran) */
+    /* experts side by side (cpu_moe.c): lane k goes with hpool[k], its
+     * buffers hold tl_rows tokens; NULL with one thread */
+    cpu_lane *tlane;
+    int n_tlanes, tl_rows;
+    uint64_t ep_runs;        /* MoE calls run an expert per thread (tests check the path ran) */
 } cpu_ws;
 
 /* The mode our kernels get: in the fast mode (not with --fp8-prefill bf16)
@@ -176,6 +182,10 @@ void dsr1_cpu_mla_attention(void *ws, const dsr1_mla_args *a, dsr1_act act);
 void dsr1_cpu_moe(void *ws, const dsr1_moe_weights *w, const dsr1_moe_params *p, dsr1_view x,
                   int n, dsr1_view y, dsr1_act act);
 void dsr1_cpu_moe_choice(void *ws, int32_t *idx, int n);
+/* The per-thread MoE lanes, one per hpool (grown with them); 0 with one
+ * thread or no experts; DSR1_ENOMEM. */
+int dsr1_cpu_moe_lanes(cpu_ws *w);
+void dsr1_cpu_moe_lanes_free(cpu_ws *w);
 
 /* cpu_numa.c: NUMA state (numa.c has the design); all no-ops with one node */
 int dsr1_cpu_numa_create(cpu_dev *d, int want, dsr1_error *err);
