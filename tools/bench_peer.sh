@@ -24,11 +24,15 @@
 #  4. for each pair, ROUNDS rounds (default 3), each round running dsr1,
 #     llama.cpp and ik_llama.cpp once in turn (interleaved: a burst of load
 #     from other processes hits all three alike) with the same threads:
-#       dsr1 bench -m F --prompt 512 --gen 32 --batch 1 --threads T
+#       dsr1 bench -m F --prompt 512,1 --gen 32 --batch 1 --threads T
 #       llama-bench -m G -p 512 -n 32 -t T -r 1          (llama.cpp)
 #       llama-bench -m G -p 512 -n 32 -t T -r 1 -mla 3 -fmoe 1   (ik_llama.cpp)
 #     and prints the medians of prefill (pp512) and decode (tg32) tokens/s
-#     and the ratios dsr1 / peer, with the CPU named.
+#     and the ratios dsr1 / peer, with the CPU named. Decode is timed from
+#     an empty context on every side: llama-bench's tg test starts at
+#     position 0, so dsr1's comes from its 1-token prompt row (before
+#     2026-11-27 it came from the 512-token row, attending to 512 more
+#     positions per step than the peers, which understated dsr1's decode).
 #
 # Knobs: W (work folder, default build/peer; holds the 13 GB checkpoint and
 # one pair at a time: at most ~19 GB more for fp8, 31 GB for bf16), TYPES
@@ -130,11 +134,15 @@ gguf_file() {
 # ---- 4. interleaved rounds -------------------------------------------------------
 RUNS=$W/runs.txt
 : >"$RUNS"
+# Prefill from the PP-token row, decode from the 1-token row: llama-bench's
+# tg test decodes from an empty context, so dsr1's decode is timed the same
+# way (after its PP-token prompt each step would also attend to PP positions).
 run_dsr1() { # file [flags] -> "pp tg"
     m=$1
     shift
-    "$DSR1" bench -m "$m" --prompt "$PP" --gen "$TG" --batch 1 --threads "$THREADS" "$@" 2>/dev/null |
-        awk -v p="$PP" '$1 == p && $2 == 1 { print $5, $7; found = 1 } END { exit !found }'
+    "$DSR1" bench -m "$m" --prompt "$PP,1" --gen "$TG" --batch 1 --threads "$THREADS" "$@" 2>/dev/null |
+        awk -v p="$PP" '$1 == p && $2 == 1 && !pp { pp = $5 } $1 == 1 && $2 == 1 && !tg { tg = $7 }
+            END { if (!pp || !tg) exit 1; print pp, tg }'
 }
 run_llama() { # bindir gguf extra... -> "pp tg"
     bin=$1 g=$2

@@ -368,21 +368,61 @@ static void cpu_embed(void *wsp, const dsr1_bweight *table, dsr1_view out)
     for (int t = 0; t < w->step.n; t++) dsr1_wmat_dequant_row(m, w->step.ids[t], o + t * out.ld);
 }
 
+/* ---- tokens on the pool ------------------------------------------------------------ */
+
+typedef struct par_job {
+    void (*fn)(void *ctx, int t0, int t1);
+    void *ctx;
+    int n;
+} par_job;
+
+static void par_task(void *c, int task, int ntasks)
+{
+    const par_job *j = c;
+    int t0 = task * DSR1_CPU_PAR_ROWS, t1 = t0 + DSR1_CPU_PAR_ROWS < j->n ? t0 + DSR1_CPU_PAR_ROWS : j->n;
+    (void)ntasks;
+    j->fn(j->ctx, t0, t1);
+}
+
+void dsr1_cpu_par_rows(cpu_ws *w, int n, void (*fn)(void *ctx, int t0, int t1), void *ctx)
+{
+    int tasks = (n + DSR1_CPU_PAR_ROWS - 1) / DSR1_CPU_PAR_ROWS;
+    if (tasks < 2) {
+        fn(ctx, 0, n);
+        return;
+    }
+    par_job j = {fn, ctx, n};
+    dsr1_pool_run(dsr1_cpu_pool(w), par_task, &j, tasks);
+}
+
+typedef struct norm_job {
+    const float *x, *w;
+    float *y;
+    int64_t ldx, ldy;
+    int dim;
+    float eps;
+} norm_job;
+
+static void norm_rows(void *c, int t0, int t1)
+{
+    const norm_job *j = c;
+    for (int t = t0; t < t1; t++) {
+        const float *xr = j->x + t * j->ldx;
+        float *yr = j->y + t * j->ldy;
+        double ss = 0;
+        for (int i = 0; i < j->dim; i++) ss += (double)xr[i] * xr[i];
+        float r = (float)(1.0 / sqrt(ss / j->dim + (double)j->eps));
+        for (int i = 0; i < j->dim; i++) yr[i] = xr[i] * r * j->w[i];
+    }
+}
+
 static void cpu_rmsnorm(void *ws, dsr1_view xv, const dsr1_bweight *wt, int dim, float eps, int n,
                         dsr1_view yv)
 {
-    (void)ws;
-    const float *x = dsr1_cpu_ptr(xv), *w = dsr1_cpu_mat(wt, 0)->data;
-    float *y = dsr1_cpu_ptr(yv);
     DSR1_ASSERT(dsr1_cpu_mat(wt, 0)->type == DSR1_T_F32);
-    for (int t = 0; t < n; t++) {
-        const float *xr = x + t * xv.ld;
-        float *yr = y + t * yv.ld;
-        double ss = 0;
-        for (int i = 0; i < dim; i++) ss += (double)xr[i] * xr[i];
-        float r = (float)(1.0 / sqrt(ss / dim + (double)eps));
-        for (int i = 0; i < dim; i++) yr[i] = xr[i] * r * w[i];
-    }
+    norm_job j = {.x = dsr1_cpu_ptr(xv), .w = dsr1_cpu_mat(wt, 0)->data, .y = dsr1_cpu_ptr(yv),
+                  .ldx = xv.ld, .ldy = yv.ld, .dim = dim, .eps = eps};
+    dsr1_cpu_par_rows(ws, n, norm_rows, &j);
 }
 
 /* Whether the fast mode sends this matmul to oneDNN: never in the exact
@@ -417,23 +457,30 @@ static void cpu_matmul(void *ws, const dsr1_bweight *w, dsr1_view x, dsr1_view y
                     dsr1_cpu_act(ws, act));
 }
 
-static void cpu_rope(void *wsp, dsr1_view xv, int heads, int64_t hstride, int rope_dim,
-                     const dsr1_bweight *fw)
+typedef struct rope_job {
+    float *x;
+    int64_t ld, hstride;
+    const float *freqs;
+    const int32_t *pos;
+    int heads, half;
+} rope_job;
+
+static void rope_rows(void *c, int t0, int t1)
 {
-    cpu_ws *ws = wsp;
-    const float *freqs = dsr1_cpu_mat(fw, 0)->data;
-    const int32_t *pos = ws->step.pos;
-    float *x = dsr1_cpu_ptr(xv), cs[256], sn[256];
-    int half = rope_dim / 2;
-    DSR1_ASSERT(half <= 256);
-    for (int t = 0; t < ws->step.n; t++) {
+    const rope_job *j = c;
+    const float *freqs = j->freqs;
+    const int32_t *pos = j->pos;
+    const int half = j->half, heads = j->heads;
+    const int64_t hstride = j->hstride;
+    float *x = j->x, cs[256], sn[256];
+    for (int t = t0; t < t1; t++) {
         for (int i = 0; i < half; i++) {
             float a = (float)pos[t] * freqs[i]; /* float32 product, as the reference table */
             cs[i] = (float)cos((double)a);
             sn[i] = (float)sin((double)a);
         }
         for (int h = 0; h < heads; h++) {
-            float *v = x + t * xv.ld + h * hstride;
+            float *v = x + t * j->ld + h * hstride;
             for (int i = 0; i < half; i++) {
                 float x0 = v[2 * i], x1 = v[2 * i + 1];
                 v[2 * i] = x0 * cs[i] - x1 * sn[i];
@@ -441,6 +488,17 @@ static void cpu_rope(void *wsp, dsr1_view xv, int heads, int64_t hstride, int ro
             }
         }
     }
+}
+
+static void cpu_rope(void *wsp, dsr1_view xv, int heads, int64_t hstride, int rope_dim,
+                     const dsr1_bweight *fw)
+{
+    cpu_ws *ws = wsp;
+    DSR1_ASSERT(rope_dim / 2 <= 256);
+    rope_job j = {.x = dsr1_cpu_ptr(xv), .ld = xv.ld, .hstride = hstride,
+                  .freqs = dsr1_cpu_mat(fw, 0)->data, .pos = ws->step.pos, .heads = heads,
+                  .half = rope_dim / 2};
+    dsr1_cpu_par_rows(ws, ws->step.n, rope_rows, &j);
 }
 
 static float silu(float x) { return x / (1.0f + expf(-x)); }

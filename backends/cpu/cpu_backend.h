@@ -164,6 +164,14 @@ static inline size_t dsr1_cpu_kv_row(const dsr1_step *s, int seq, int layer, int
            (size_t)(pos % s->block);
 }
 
+/* fn(ctx, t0, t1) over tokens [0, n): DSR1_CPU_PAR_ROWS at a time on the
+ * workspace's pool when there are several such runs (a prefill chunk),
+ * else here (a decode step's tokens are done before threads would wake).
+ * For per-token work whose rows do not depend on which thread computes
+ * them, so the bits do not change. */
+#define DSR1_CPU_PAR_ROWS 16
+void dsr1_cpu_par_rows(cpu_ws *w, int n, void (*fn)(void *ctx, int t0, int t1), void *ctx);
+
 /* Whether the fast mode sends an n-token matmul of m to oneDNN. */
 int dsr1_cpu_take_dnnl(const cpu_ws *w, const dsr1_wmat *m, int n, dsr1_act act);
 /* y = x W^T: through oneDNN when dsr1_cpu_take_dnnl says so, else (or if

@@ -212,8 +212,6 @@ static int by_node(const cpu_ws *w, const dsr1_moe_weights *mw, int E)
 
 /* ---- combine ------------------------------------------------------------------------ */
 
-#define COMBINE_ROWS 16 /* tokens per task of the combine */
-
 typedef struct combine_job {
     const cpu_ws *w;
     float *y;
@@ -223,8 +221,9 @@ typedef struct combine_job {
 /* y for tokens [t0, t1): the routed slots weighted, in routing order, then
  * the shared experts' output; each token on its own, in a fixed order,
  * whichever thread sums it. */
-static void combine_rows(const combine_job *c, int t0, int t1)
+static void combine_rows(void *ctx, int t0, int t1)
 {
+    const combine_job *c = ctx;
     const cpu_ws *w = c->w;
     int D = w->s.hidden, K = c->K;
     for (int t = t0; t < t1; t++) {
@@ -242,14 +241,6 @@ static void combine_rows(const combine_job *c, int t0, int t1)
         if (c->shared)
             for (int i = 0; i < D; i++) yr[i] += w->sh[(size_t)t * D + i];
     }
-}
-
-static void combine_task(void *ctx, int task, int ntasks)
-{
-    const combine_job *c = ctx;
-    int t0 = task * COMBINE_ROWS, t1 = t0 + COMBINE_ROWS < c->n ? t0 + COMBINE_ROWS : c->n;
-    (void)ntasks;
-    combine_rows(c, t0, t1);
 }
 
 void dsr1_cpu_moe(void *wsp, const dsr1_moe_weights *mw, const dsr1_moe_params *p, dsr1_view xv,
@@ -283,11 +274,7 @@ void dsr1_cpu_moe(void *wsp, const dsr1_moe_weights *mw, const dsr1_moe_params *
         dsr1_cpu_gated_mlp(w, dsr1_cpu_mat(mw->sh_gate, 0), dsr1_cpu_mat(mw->sh_up, 0),
                            dsr1_cpu_mat(mw->sh_down, 0), x, D, n, w->sh, D, act);
     combine_job c = {w, y, n, K, mw->has_shared};
-    /* a pool run only where it pays (a prefill chunk): a decode step's
-     * few tokens are summed sooner than the threads wake */
-    int tasks = (n + COMBINE_ROWS - 1) / COMBINE_ROWS;
-    if (tasks > 1) dsr1_pool_run(dsr1_cpu_pool(w), combine_task, &c, tasks);
-    else combine_rows(&c, 0, n);
+    dsr1_cpu_par_rows(w, n, combine_rows, &c);
 }
 
 void dsr1_cpu_moe_choice(void *wsp, int32_t *idx, int n)
