@@ -268,6 +268,32 @@ static void moe_once(dsr1_test_ctx *t, int numa, int threads, dsr1_type type, ds
     free(rw), free(g), free(u), free(d), free(x);
 }
 
+/* Both weight types and both acts at each of the ns[nn] token counts: the
+ * MoE on setup a ({numa nodes, threads}) and on setup b gives the same
+ * bits, and the path under test (counter `which`: 0 node-by-node runs, 1
+ * side-by-side runs) ran once on b and never on a. */
+static void moe_same_bits(dsr1_test_ctx *t, const int a[2], const int b[2], const int *ns, int nn,
+                          int which)
+{
+    static const dsr1_type types[] = {DSR1_T_F32, DSR1_T_BF16};
+    static float one[MT * MD], two[MT * MD];
+    for (int ti = 0; ti < 2; ti++)
+        for (int ai = 0; ai < 2; ai++)
+            for (int k = 0; k < nn; k++) {
+                dsr1_act act = ai ? DSR1_ACT_INT8 : DSR1_ACT_F32;
+                uint64_t run[2][2] = {{99, 99}, {0, 0}};
+                memset(one, 0, sizeof one), memset(two, 0xff, sizeof two);
+                moe_once(t, a[0], a[1], types[ti], act, ns[k], one, &run[0][0], &run[0][1]);
+                moe_once(t, b[0], b[1], types[ti], act, ns[k], two, &run[1][0], &run[1][1]);
+                CHECKF(run[0][which] == 0 && run[1][which] == 1,
+                       "%s runs: %llu on %d node(s) x %d thread(s), %llu on %d x %d",
+                       which ? "side-by-side" : "node-by-node", (unsigned long long)run[0][which], a[0],
+                       a[1], (unsigned long long)run[1][which], b[0], b[1]);
+                CHECKF(!memcmp(one, two, (size_t)ns[k] * MD * 4), "type %d act %d n=%d: bits differ",
+                       (int)types[ti], (int)act, ns[k]);
+            }
+}
+
 DSR1_TEST(numa_moe_bit_identical)
 {
     if (ncpus() < 2) {
@@ -276,22 +302,8 @@ DSR1_TEST(numa_moe_bit_identical)
     }
     cpu_set_t saved;
     REQUIRE(sched_getaffinity(0, sizeof saved, &saved) == 0);
-    static const dsr1_type types[] = {DSR1_T_F32, DSR1_T_BF16};
-    static const int ns[] = {1, 5, 16};
-    static float one[MT * MD], two[MT * MD];
-    for (int ti = 0; ti < 2; ti++)
-        for (int a = 0; a < 2; a++)
-            for (int k = 0; k < 3; k++) {
-                dsr1_act act = a ? DSR1_ACT_INT8 : DSR1_ACT_F32;
-                uint64_t r1 = 99, r2 = 0, ep;
-                memset(one, 0, sizeof one), memset(two, 0xff, sizeof two);
-                moe_once(t, 1, 2, types[ti], act, ns[k], one, &r1, &ep);
-                moe_once(t, 2, 2, types[ti], act, ns[k], two, &r2, &ep);
-                CHECKF(r1 == 0 && r2 == 1, "node-by-node runs: %llu with one node, %llu with two",
-                       (unsigned long long)r1, (unsigned long long)r2);
-                CHECKF(!memcmp(one, two, (size_t)ns[k] * MD * 4), "type %d act %d n=%d: bits differ",
-                       (int)types[ti], (int)act, ns[k]);
-            }
+    static const int ns[] = {1, 5, 16}, one_node[2] = {1, 2}, two_nodes[2] = {2, 2};
+    moe_same_bits(t, one_node, two_nodes, ns, 3, 0);
     sched_setaffinity(0, sizeof saved, &saved);
 }
 
@@ -307,22 +319,8 @@ DSR1_TEST(moe_side_by_side_bit_identical)
         dsr1_test_skip(t, "one CPU: one thread runs the experts in turn either way");
         return;
     }
-    static const dsr1_type types[] = {DSR1_T_F32, DSR1_T_BF16};
-    static const int ns[] = {16, MT};
-    static float one[MT * MD], two[MT * MD];
-    for (int ti = 0; ti < 2; ti++)
-        for (int a = 0; a < 2; a++)
-            for (int k = 0; k < 2; k++) {
-                dsr1_act act = a ? DSR1_ACT_INT8 : DSR1_ACT_F32;
-                uint64_t r, ep1 = 99, ep2 = 0;
-                memset(one, 0, sizeof one), memset(two, 0xff, sizeof two);
-                moe_once(t, 1, 1, types[ti], act, ns[k], one, &r, &ep1);
-                moe_once(t, 1, 2, types[ti], act, ns[k], two, &r, &ep2);
-                CHECKF(ep1 == 0 && ep2 == 1, "side-by-side runs: %llu with one thread, %llu with two",
-                       (unsigned long long)ep1, (unsigned long long)ep2);
-                CHECKF(!memcmp(one, two, (size_t)ns[k] * MD * 4), "type %d act %d n=%d: bits differ",
-                       (int)types[ti], (int)act, ns[k]);
-            }
+    static const int ns[] = {16, MT}, one_thread[2] = {1, 1}, two_threads[2] = {1, 2};
+    moe_same_bits(t, one_thread, two_threads, ns, 2, 1);
 }
 
 /* The tiny R1-layout model: logits of 9 tokens (one prefill, and one token

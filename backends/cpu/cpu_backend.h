@@ -194,6 +194,9 @@ void dsr1_cpu_moe_choice(void *ws, int32_t *idx, int n);
  * thread or no experts; DSR1_ENOMEM. */
 int dsr1_cpu_moe_lanes(cpu_ws *w);
 void dsr1_cpu_moe_lanes_free(cpu_ws *w);
+/* n lanes' buffers and the array (NULL is a no-op): the nodes' and the
+ * threads' lanes alike. */
+void dsr1_cpu_lanes_free(cpu_lane *l, int n);
 
 /* cpu_numa.c: NUMA state (numa.c has the design); all no-ops with one node */
 int dsr1_cpu_numa_create(cpu_dev *d, int want, dsr1_error *err);

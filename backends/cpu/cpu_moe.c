@@ -34,8 +34,8 @@
  * on one thread while the others waited; side by side, one run per MoE
  * call. Same bits: the same kernels on a different pool. Measured (R1
  * shapes, 32 experts, Zen 5, 2 threads, the two paths alternated within
- * one process, medians of 4 each): prefill 512 +4-7% for FP8, INT8 and
- * INT4, prefill 16 +2-14% (README, Performance).
+ * one process, medians of 4 each): prefill 512 FP8 +4%, INT8 +7%, INT4
+ * +4%; prefill 16 INT8 +2%, FP8 +14% (README, Performance).
  * Decode steps (fewer tokens) stay split: 8 experts of one token are too
  * few to balance over many threads.
  */
@@ -87,9 +87,21 @@ static void run_expert(cpu_ws *w, dsr1_pool *p, const cpu_lane *l, int rows,
     }
 }
 
+/* Experts run at once, node by node or thread by thread: what each driver
+ * needs (E for node by node; ord, ne, next for thread by thread). */
+typedef struct moe_job {
+    cpu_ws *w;
+    const dsr1_moe_weights *mw;
+    const float *x;
+    int K, E, ne;
+    dsr1_act act;
+    const int32_t *ord;  /* [ne] active experts, most tokens first */
+    atomic_int next;     /* the next of ord to claim */
+} moe_job;
+
 /* ---- experts side by side --------------------------------------------------------- */
 
-static void free_tlanes(cpu_lane *l, int n)
+void dsr1_cpu_lanes_free(cpu_lane *l, int n)
 {
     for (int k = 0; k < n && l; k++) {
         free(l[k].xg);
@@ -102,7 +114,7 @@ static void free_tlanes(cpu_lane *l, int n)
 
 void dsr1_cpu_moe_lanes_free(cpu_ws *w)
 {
-    free_tlanes(w->tlane, w->n_tlanes);
+    dsr1_cpu_lanes_free(w->tlane, w->n_tlanes);
     w->tlane = NULL;
     w->n_tlanes = 0;
 }
@@ -130,7 +142,7 @@ int dsr1_cpu_moe_lanes(cpu_ws *w)
         dsr1_touch(l[k].ha, R * I * 4), dsr1_touch(l[k].hb, R * I * 4);
     }
     if (bad) {
-        free_tlanes(l, n);
+        dsr1_cpu_lanes_free(l, n);
         return DSR1_ENOMEM;
     }
     dsr1_cpu_moe_lanes_free(w);
@@ -140,20 +152,11 @@ int dsr1_cpu_moe_lanes(cpu_ws *w)
     return 0;
 }
 
-typedef struct ep_job {
-    cpu_ws *w;
-    const dsr1_moe_weights *mw;
-    const float *x;
-    int K, ne;
-    dsr1_act act;
-    const int32_t *ord;  /* [ne] active experts, most tokens first */
-    atomic_int next;     /* the next of ord to claim */
-} ep_job;
 
 static void ep_task(void *ctx, int k, int nt)
 {
     (void)nt;
-    ep_job *j = ctx;
+    moe_job *j = ctx;
     for (int i; (i = atomic_fetch_add(&j->next, 1)) < j->ne;)
         run_expert(j->w, j->w->hpool[k], &j->w->tlane[k], j->w->tl_rows, j->mw, j->ord[i], j->x, j->K,
                    j->act);
@@ -176,25 +179,18 @@ static int by_thread(cpu_ws *w, const dsr1_moe_weights *mw, const float *x, int 
         ne++;
     }
     if (ne < 2 * P) return 0;
-    ep_job j = {.w = w, .mw = mw, .x = x, .K = K, .ne = ne, .act = act, .ord = ord};
+    moe_job j = {.w = w, .mw = mw, .x = x, .K = K, .E = E, .ne = ne, .act = act, .ord = ord};
     atomic_init(&j.next, 0);
     dsr1_pool_run(dsr1_cpu_pool(w), ep_task, &j, P);
     w->ep_runs++;
     return 1;
 }
 
-typedef struct node_job {
-    cpu_ws *w;
-    const dsr1_moe_weights *mw;
-    const float *x;
-    int K, E;
-    dsr1_act act;
-} node_job;
 
 /* The team's task for node k: its active experts, in expert order. */
 static void run_node(void *ctx, int k)
 {
-    node_job *j = ctx;
+    moe_job *j = ctx;
     cpu_ws *w = j->w;
     const int32_t *node = j->mw->gate->node;
     for (int e = 0; e < j->E; e++)
@@ -261,7 +257,7 @@ void dsr1_cpu_moe(void *wsp, const dsr1_moe_weights *mw, const dsr1_moe_params *
                              w->ew + (size_t)t * K, w->route_scratch);
     dispatch(w, n, K, E);
     if (by_node(w, mw, E)) {
-        node_job j = {w, mw, x, K, E, act};
+        moe_job j = {.w = w, .mw = mw, .x = x, .K = K, .E = E, .act = act};
         dsr1_numa_team_run(w->dev->team, run_node, &j);
         w->numa_runs++;
     } else if (!by_thread(w, mw, x, n, K, E, act)) {

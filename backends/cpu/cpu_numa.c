@@ -105,13 +105,7 @@ void dsr1_cpu_numa_describe(const cpu_dev *d, char *buf, size_t n)
 
 void dsr1_cpu_numa_ws_free(cpu_ws *w)
 {
-    for (int k = 0; k < w->n_lanes && w->lane; k++) {
-        free(w->lane[k].xg);
-        free(w->lane[k].yg);
-        free(w->lane[k].ha);
-        free(w->lane[k].hb);
-    }
-    free(w->lane);
+    dsr1_cpu_lanes_free(w->lane, w->n_lanes);
     w->lane = NULL;
     w->n_lanes = 0;
 }
