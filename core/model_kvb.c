@@ -8,9 +8,10 @@
  *             split there (always, except FP8 rows not on a block boundary);
  *   wk_t[h] = the key rows transposed, [kv_lora, nope]: FP8 bytes and block
  *             scales transposed when the 128x128 blocks line up with the
- *             head (R1: nope = v = 128), else dequantised into float32
- *             (exact path) or bf16 (fast path), as is every part that
- *             cannot be a view.
+ *             head (R1: nope = v = 128); INT8 and INT4 rows in the fast
+ *             path requantised to INT8, one scale per transposed row (see
+ *             requant_key); else dequantised into float32 (exact path) or
+ *             bf16 (fast path), as is every part that cannot be a view.
  *
  * Views and transposed FP8 keep the checkpoint's bytes: a decoded token
  * reads half of what bf16 copies cost (R1: 1 GB less per token over 61
@@ -24,6 +25,7 @@
  */
 #include "model.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,10 +38,12 @@ typedef struct kvb_job {
     int copy_k, copy_v;      /* parts dequantised into k_buf / v_buf */
     size_t es;               /* 4 (float32) or 2 (bf16) */
     unsigned char *k_buf;    /* [H][r][nope] copies, or NULL */
+    int8_t *kq;              /* [H][r][nope] INT8 key rows (fast path), or NULL */
+    float *kq_scale;         /* [H][r] their scales */
     unsigned char *v_buf;    /* [H][vd][r] copies, or NULL */
     uint8_t *k8;             /* [H][r][nope] FP8 bytes transposed, or NULL */
     float *k8_scale;         /* [H][r / g][nope / g] */
-    float *rows;             /* [ntasks][r] scratch */
+    float *rows;             /* [ntasks][r] scratch; with kq [ntasks][r + r * nope] */
 } kvb_job;
 
 static void put(unsigned char *base, size_t at, size_t es, float v)
@@ -64,15 +68,43 @@ static void transpose_fp8(const kvb_job *j, int h)
             s[bi * (j->nope / g) + bd] = ((const float *)w->scale)[((r0 / g) + bd) * ncb + bi];
 }
 
+/* Head h's key part as INT8, one scale per row of wk_t (a kv_lora index i,
+ * nope values): the dequantised values of the file (tk, [r][nope]) through
+ * convert's INT8 rule (amax / 127, round half away from zero). A decoded
+ * token reads 1 byte per value instead of bf16's 2 (R1: 8.4 MB less per
+ * layer) and the absorb runs in the W8A8 GEMV. The second rounding is of
+ * the order of the file's own INT8 rounding (each transposed row mixes
+ * scales of 128 file rows), the fast path's kind of error (it quantises
+ * every activation to int8 the same way). */
+static void requant_key(const kvb_job *j, int h, const float *tk)
+{
+    size_t nope = (size_t)j->nope;
+    for (size_t i = 0; i < (size_t)j->r; i++) {
+        const float *v = tk + i * nope;
+        int8_t *q = j->kq + ((size_t)h * (size_t)j->r + i) * nope;
+        float a = 0;
+        for (size_t d = 0; d < nope; d++) a = fmaxf(a, fabsf(v[d]));
+        float s = a / 127.0f;
+        j->kq_scale[(size_t)h * (size_t)j->r + i] = s;
+        for (size_t d = 0; d < nope; d++) {
+            float x = s > 0 ? roundf(v[d] / s) : 0.0f;
+            q[d] = (int8_t)(x > 127.0f ? 127 : x < -127.0f ? -127 : x);
+        }
+    }
+}
+
 static void kvb_head(const kvb_job *j, int h, float *row)
 {
     size_t r = (size_t)j->r, nope = (size_t)j->nope, es = j->es;
+    float *tk = row + r; /* with kq: [r][nope] dequantised key part, transposed */
     if (j->k8) transpose_fp8(j, h);
     for (int d = 0; d < j->nope + j->vd; d++) {
         int key = d < j->nope;
-        if (key ? !j->copy_k : !j->copy_v) continue;
+        if (key ? !j->copy_k && !j->kq : !j->copy_v) continue;
         dsr1_wmat_dequant_row(j->kvb, (int64_t)h * (j->nope + j->vd) + d, row);
-        if (key) {
+        if (key && j->kq) {
+            for (size_t i = 0; i < r; i++) tk[i * nope + (size_t)d] = row[i];
+        } else if (key) {
             unsigned char *kb = j->k_buf + (size_t)h * r * nope * es;
             for (size_t i = 0; i < r; i++) put(kb, i * nope + (size_t)d, es, row[i]);
         } else {
@@ -80,12 +112,13 @@ static void kvb_head(const kvb_job *j, int h, float *row)
             for (size_t i = 0; i < r; i++) put(vb, i, es, row[i]);
         }
     }
+    if (j->kq) requant_key(j, h, tk);
 }
 
 static void kvb_task(void *ctx, int k, int nt)
 {
     const kvb_job *j = ctx;
-    float *row = j->rows + (size_t)k * (size_t)j->r;
+    float *row = j->rows + (size_t)k * (size_t)j->r * (j->kq ? 1 + (size_t)j->nope : 1);
     for (int h = (int)((long long)j->H * k / nt); h < (int)((long long)j->H * (k + 1) / nt); h++)
         kvb_head(j, h, row);
 }
@@ -108,8 +141,13 @@ static int plan(dsr1_model *m, kvb_job *j, dsr1_error *err)
                 (w->type == DSR1_T_FP8_E4M3 && (j->nope + j->vd) % g);
     int fp8_k = w->type == DSR1_T_FP8_E4M3 && w->scale_type == DSR1_T_F32 && g > 0 &&
                 j->nope % g == 0 && (j->nope + j->vd) % g == 0 && j->r % g == 0;
-    j->copy_k = !fp8_k;
+    int int_k = !fp8_k && m->compute != DSR1_COMPUTE_F32 &&
+                (w->type == DSR1_T_INT8 || w->type == DSR1_T_INT4);
+    j->copy_k = !fp8_k && !int_k;
     size_t H = (size_t)j->H, r = (size_t)j->r;
+    if (int_k && (!(j->kq = owned(m, H * r * (size_t)j->nope, err)) ||
+                  !(j->kq_scale = owned(m, H * r * sizeof(float), err))))
+        return err->code;
     if (j->copy_k && !(j->k_buf = owned(m, H * r * (size_t)j->nope * j->es, err))) return err->code;
     if (j->copy_v && !(j->v_buf = owned(m, H * r * (size_t)j->vd * j->es, err))) return err->code;
     if (fp8_k) {
@@ -125,7 +163,11 @@ static void describe_head(const kvb_job *j, int h, dsr1_wmat *wk, dsr1_wmat *wv)
 {
     dsr1_type ty = j->es == 4 ? DSR1_T_F32 : DSR1_T_BF16;
     size_t r = (size_t)j->r, nope = (size_t)j->nope, g = (size_t)j->kvb->group;
-    if (j->k8)
+    if (j->kq)
+        *wk = (dsr1_wmat){.type = DSR1_T_INT8, .rows = j->r, .cols = j->nope,
+                          .data = j->kq + (size_t)h * r * nope, .scale = j->kq_scale + (size_t)h * r,
+                          .scale_type = DSR1_T_F32, .group = 0};
+    else if (j->k8)
         *wk = (dsr1_wmat){.type = DSR1_T_FP8_E4M3, .rows = j->r, .cols = j->nope,
                           .data = j->k8 + (size_t)h * r * nope,
                           .scale = j->k8_scale + (size_t)h * (r / g) * (nope / g),
@@ -165,8 +207,9 @@ int dsr1_model_derive_kv_b(dsr1_model *m, dsr1_layer_weights *L, const dsr1_wmat
     int nt = dsr1_par_threads(m->threads);
     if (nt > j.H) nt = j.H;
     DSR1_TRY(plan(m, &j, err));
-    if (j.copy_k || j.copy_v || j.k8) {
-        j.rows = malloc((size_t)nt * (size_t)j.r * sizeof *j.rows);
+    if (j.copy_k || j.copy_v || j.k8 || j.kq) {
+        size_t per = (size_t)j.r * (j.kq ? 1 + (size_t)j.nope : 1);
+        j.rows = malloc((size_t)nt * per * sizeof *j.rows);
         if (!j.rows) return dsr1_errorf(err, DSR1_ENOMEM, "kv_b_proj: out of memory");
         dsr1_par_run(kvb_task, &j, nt);
         free(j.rows);

@@ -276,8 +276,10 @@ DSR1_TEST(forward_mla_absorbed_vs_naive)
  * FP8 blocks line up) in type ty, split by dsr1_model_derive_kv_b in the
  * given mode: every wk_t[h][i][d] must equal kv_b[h*256 + d][i] and every
  * wv[h][d][i] kv_b[h*256 + 128 + d][i] after dequantisation - exactly for
- * views, FP8 transposes and float32 copies, bf16-rounded for bf16 copies -
- * and FP8 / INT8 value parts must be views into kv_b (no copy). */
+ * views, FP8 transposes and float32 copies, bf16-rounded for bf16 copies,
+ * and for the fast path's INT8 keys (INT8 and INT4 files) as convert's
+ * INT8 rule gives them, one scale per row of wk_t[h] - and FP8 / INT8 /
+ * INT4 value parts must be views into kv_b (no copy). */
 static void kvb_case(dsr1_test_ctx *t, dsr1_type ty, dsr1_compute mode)
 {
     enum { H = 2, NOPE = 128, VD = 128, R = 256, ROWS = H * (NOPE + VD) };
@@ -294,6 +296,13 @@ static void kvb_case(dsr1_test_ctx *t, dsr1_type ty, dsr1_compute mode)
     dsr1_wmat kvb = {.type = ty, .rows = ROWS, .cols = R, .data = data};
     if (ty != DSR1_T_BF16) kvb.scale = scale, kvb.scale_type = DSR1_T_F32;
     if (ty == DSR1_T_FP8_E4M3) kvb.group = 128;
+    static uint16_t scale16[ROWS * R / 32];
+    if (ty == DSR1_T_INT4) { /* groups of 32, f16 scales; codes as they come */
+        for (size_t i = 0; i < sizeof scale16 / sizeof *scale16; i++)
+            scale16[i] = dsr1_f32_to_f16(0.001f * (float)(i % 13 + 1));
+        kvb.scale = scale16, kvb.scale_type = DSR1_T_F16, kvb.group = 32;
+    }
+    int int_k = mode != DSR1_COMPUTE_F32 && (ty == DSR1_T_INT8 || ty == DSR1_T_INT4);
     dsr1_model *m = calloc(1, sizeof *m);
     REQUIRE(m);
     m->compute = mode;
@@ -312,6 +321,24 @@ static void kvb_case(dsr1_test_ctx *t, dsr1_type ty, dsr1_compute mode)
         int copy_k = wk_h.type == DSR1_T_BF16 || wk_h.type == DSR1_T_F32;
         int copy_v = wv_h.type != ty || ty == DSR1_T_BF16;
         if (ty == DSR1_T_FP8_E4M3) CHECK(wk_h.type == DSR1_T_FP8_E4M3);
+        CHECK(int_k ? wk_h.type == DSR1_T_INT8 && wk_h.group == 0 : wk_h.type != DSR1_T_INT8);
+        if (int_k) { /* row i of wk_t[h]: key values d < NOPE of column i */
+            static float kv[R][NOPE];
+            for (int d = 0; d < NOPE; d++) {
+                dsr1_wmat_dequant_row(&kvb, h * (NOPE + VD) + d, src);
+                for (int i = 0; i < R; i++) kv[i][d] = src[i];
+            }
+            for (int i = 0; i < R; i++) {
+                float a = 0;
+                for (int d = 0; d < NOPE; d++) a = fmaxf(a, fabsf(kv[i][d]));
+                const float sc = a / 127.0f;
+                for (int d = 0; d < NOPE; d++) {
+                    float q = sc > 0 ? fminf(127.0f, fmaxf(-127.0f, roundf(kv[i][d] / sc))) : 0.0f, g;
+                    dsr1_wmat_dequant_span(&wk_h, i, d, 1, &g);
+                    bad += g != q * sc;
+                }
+            }
+        }
         if (ty != DSR1_T_BF16) {
             const uint8_t *v = wv_h.data;
             CHECK(v >= data && v < data + sizeof data);
@@ -320,7 +347,7 @@ static void kvb_case(dsr1_test_ctx *t, dsr1_type ty, dsr1_compute mode)
             dsr1_wmat_dequant_row(&kvb, h * (NOPE + VD) + d, src);
             int key = d < NOPE, copy = key ? copy_k : copy_v;
             if (!key) dsr1_wmat_dequant_row(&wv_h, d - NOPE, got);
-            for (int i = 0; i < R; i++) {
+            for (int i = 0; i < R && !(key && int_k); i++) {
                 float g = got[i], w = src[i];
                 if (key) dsr1_wmat_dequant_span(&wk_h, i, d, 1, &g);
                 if (copy && mode != DSR1_COMPUTE_F32) w = dsr1_bf16_to_f32(dsr1_f32_to_bf16(w));
@@ -337,7 +364,7 @@ static void kvb_case(dsr1_test_ctx *t, dsr1_type ty, dsr1_compute mode)
 
 DSR1_TEST(forward_kv_b_parts)
 {
-    static const dsr1_type types[] = {DSR1_T_FP8_E4M3, DSR1_T_INT8, DSR1_T_BF16};
+    static const dsr1_type types[] = {DSR1_T_FP8_E4M3, DSR1_T_INT8, DSR1_T_INT4, DSR1_T_BF16};
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
         kvb_case(t, types[i], DSR1_COMPUTE_F32);
         kvb_case(t, types[i], DSR1_COMPUTE_FAST);

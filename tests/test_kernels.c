@@ -610,11 +610,13 @@ DSR1_TEST(kernels_int4_w4a8_matches_portable)
 /* int_matches_portable on INT8 matrices (one scale per row) of each shape
  * {rows, cols}, x with 3 columns of padding, on a pool of 2; seeds from seed. */
 static void int8_shapes_match(dsr1_test_ctx *t, const int64_t (*shapes)[2], int nshapes,
-                              const int *ns, int nn, uint64_t seed, const char *kind)
+                              const int *ns, int nn, uint64_t seed, const char *kind, int hwpf)
 {
     dsr1_pool *pool = NULL;
     dsr1_error err = {0};
     CHECK_OK(dsr1_pool_create(&pool, 2, &err), &err);
+    dsr1_pool_set_hwpf(pool, hwpf);
+    CHECK_EQ_INT(dsr1_pool_hwpf(pool), hwpf);
     for (int si = 0; si < nshapes; si++) {
         int64_t rows = shapes[si][0], cols = shapes[si][1], ldx = cols + 3;
         tmat m = dsr1_test_mat(DSR1_T_INT8, rows, cols, 0, seed + 2 * (uint64_t)si);
@@ -641,7 +643,7 @@ DSR1_TEST(kernels_int8_w8a8_lanes_matches_portable)
         DSR1_SKIP("no AVX-512 BF16/VNNI kernels on this CPU: %s", "dsr1_matmul would be the portable kernel compared with itself");
     static const int ns[] = {5, 7, 23, 24, 64, 300};
     static const int64_t shapes[][2] = {{37, 192}, {45, 1600}, {21, 4160}, {40, 200}};
-    int8_shapes_match(t, shapes, 4, ns, 6, 81, "W8A8");
+    int8_shapes_match(t, shapes, 4, ns, 6, 81, "W8A8", 0);
 }
 
 /* W8A8 with one scale per row, 1-4 tokens: the row-by-row GEMV (n <= 2,
@@ -653,7 +655,9 @@ DSR1_TEST(kernels_int8_w8a8_lanes_matches_portable)
  * thread and 2, and every 13th token alone gives its bits in the batch.
  * Rows of at most 256 columns go four at a time (gemv_i8_short4: MLA's
  * per-head 512x128 absorb matrices): 128 and 256 columns in whole 64-byte
- * steps, 192, 200 and 50 with masked ends, 64 and 27 rows. */
+ * steps, 192, 200 and 50 with masked ends, 64 and 27 rows. With and
+ * without the row GEMV's software prefetch (dsr1_pool_set_hwpf: the
+ * decode-time choice of pftune.h), which must never change a bit. */
 DSR1_TEST(kernels_int8_w8a8_gemv_matches_portable)
 {
     if (!dsr1_mm_avx512_usable())
@@ -661,7 +665,8 @@ DSR1_TEST(kernels_int8_w8a8_gemv_matches_portable)
     static const int ns[] = {1, 2, 3, 4};
     static const int64_t shapes[][2] = {{37, 2048}, {45, 192}, {21, 4160}, {40, 200},
                                         {13, 50},   {29, 2112}, {64, 128},  {27, 256}};
-    int8_shapes_match(t, shapes, 8, ns, 4, 91, "W8A8 GEMV");
+    int8_shapes_match(t, shapes, 8, ns, 4, 91, "W8A8 GEMV", 0);
+    int8_shapes_match(t, shapes, 8, ns, 4, 91, "W8A8 GEMV, hardware prefetch only", 1);
 }
 
 /* The W4A8 order of matmul_impl.h written out here from its text: x

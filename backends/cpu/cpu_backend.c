@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cpu_backend.h"
 #include "matmul_impl.h" /* dsr1_mm_kernels_name: the variant named at start */
@@ -293,6 +294,13 @@ static void cpu_ws_threads(void *wsp, int threads)
 
 /* ---- steps and copies ----------------------------------------------------------- */
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static int cpu_step_begin(void *wsp, const dsr1_step *s, dsr1_error *err)
 {
     cpu_ws *w = wsp;
@@ -301,6 +309,13 @@ static int cpu_step_begin(void *wsp, const dsr1_step *s, dsr1_error *err)
                            s->n, w->s.max_tokens);
     w->step = *s;
     w->in_step = 1;
+    /* One-token steps time themselves for pftune; other steps of up to 4
+     * tokens (the row GEMV's) run its current choice. */
+    int hw = s->n == 1 ? dsr1_pftune_next(&w->pft) : w->pft.choice;
+    dsr1_pool_set_hwpf(dsr1_cpu_pool(w), hw);
+    for (int k = 0; k < w->n_hpools; k++) dsr1_pool_set_hwpf(w->hpool[k], hw);
+    for (int k = 0; k < DSR1_NUMA_MAX_NODES; k++) dsr1_pool_set_hwpf(w->dev->npool[k], hw);
+    w->step_t0 = s->n == 1 ? now_s() : -1;
     return 0;
 }
 
@@ -310,6 +325,8 @@ static int cpu_step_end(void *wsp, dsr1_error *err)
     cpu_ws *w = wsp;
     (void)err;
     w->in_step = 0;
+    if (w->step_t0 >= 0) dsr1_pftune_done(&w->pft, now_s() - w->step_t0);
+    w->step_t0 = -1;
     return 0;
 }
 

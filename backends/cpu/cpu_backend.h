@@ -11,6 +11,7 @@
 #include "backends/backend.h"
 #include "kernels.h"
 #include "numa.h"
+#include "pftune.h"
 
 /* A loaded weight: the CPU keeps the mapped bytes and multiplies them in
  * place, so a handle is the matrices' descriptions (one per expert/head). */
@@ -77,6 +78,8 @@ typedef struct cpu_ws {
     dsr1_ws_sizes s;
     dsr1_step step;          /* the current step (step_begin) */
     int in_step;
+    dsr1_pftune pft;         /* one-token steps: the row GEMV's prefetch (pftune.h) */
+    double step_t0;          /* when this one-token step began; < 0: not timed */
     /* attention (cpu_attention.c) */
     float *qcat;             /* [T][H][kv_lora + rope] absorbed queries | rope queries */
     float *olat;             /* [T][H][kv_lora] attended latents */

@@ -117,6 +117,11 @@ double dsr1_matmul_peak_gflops(dsr1_pool *p, dsr1_act act);
  * permission). dsr1_matmul_noamx is dsr1_matmul without them (the VNNI
  * kernels, the same bits): what `dsr1 bench kernels` compares with. */
 int dsr1_pool_amx(const dsr1_pool *p);
+/* Whether matmuls run on p leave the INT8 row GEMV's weight stream to the
+ * hardware prefetcher (1) or ask for lines ahead (0, the default): speed
+ * only, never a value (backends/cpu/pftune.h chooses while decoding). */
+void dsr1_pool_set_hwpf(dsr1_pool *p, int on);
+int dsr1_pool_hwpf(const dsr1_pool *p);
 void dsr1_matmul_noamx(dsr1_pool *p, const dsr1_wmat *w, const float *x, int64_t ldx, float *y,
                        int64_t ldy, int n, dsr1_act act);
 

@@ -602,6 +602,7 @@ static void matmul_run(dsr1_pool *p, const dsr1_wmat *w, const dsr1_wmat *up, co
     int avx = k == DSR1_MM_PORTABLE ? 0 : p ? dsr1_pool_avx512(p) : dsr1_mm_avx512_usable();
     j.vbmi = avx && k != DSR1_MM_AVX512_NOVBMI && dsr1_mm_vbmi_usable();
     j.amx = avx && p && k != DSR1_MM_AVX512_NOAMX && n >= DSR1_MM_AMX_MIN_N && dsr1_pool_amx(p);
+    j.hwpf = dsr1_pool_hwpf(p);
     if (total) {
         mem = p ? dsr1_pool_scratch(p, total) : NULL;
         if (!mem) mem = owned = aligned_alloc(64, total);

@@ -1407,9 +1407,12 @@ static void rows_int8_panel(const dsr1_mm_job *j, int64_t r0, int64_t r1)
  * With 3 or 4 tokens of long rows the tiles stay: x then fills most of
  * L1 and is loaded once per row instead of once per 4 rows (2048x7168,
  * n = 3-4: 0.61-0.72 this way, 0.75-0.86 tiled); with x up to 8 KiB the
- * two are even or this one ahead (7168x2048, n = 3: 0.90-0.94 vs 0.69-0.84). */
+ * two are even or this one ahead (7168x2048, n = 3: 0.90-0.94 vs 0.69-0.84).
+ * pf = 0 leaves the stream to the hardware prefetcher: on Zen 5 that wins
+ * while memory is idle and loses while other tenants load it, so the
+ * decoder picks per step (pftune.h; j->hwpf). */
 #define GEMV_PF 2048
-INLINE void gemv_i8_row(const int nt, const int8_t *row, int64_t cols, const int8_t *xq,
+INLINE void gemv_i8_row(const int nt, const int pf, const int8_t *row, int64_t cols, const int8_t *xq,
                         int64_t ldx, int32_t dot[4])
 {
     enum { U = 4 };
@@ -1424,7 +1427,7 @@ INLINE void gemv_i8_row(const int nt, const int8_t *row, int64_t cols, const int
     for (; k + 64 * u <= cols; k += 64 * u) {
 #pragma GCC unroll 4
         for (int i = 0; i < u; i++) {
-            _mm_prefetch((const char *)row + k + 64 * i + GEMV_PF, _MM_HINT_T1);
+            if (pf) _mm_prefetch((const char *)row + k + 64 * i + GEMV_PF, _MM_HINT_T1);
             __m512i wv = _mm512_xor_si512(_mm512_loadu_si512(row + k + 64 * i), flip);
 #pragma GCC unroll 4
             for (int b = 0; b < nt; b++)
@@ -1519,11 +1522,15 @@ static void gemv_int8(const dsr1_mm_job *j, int64_t r0, int64_t r1)
     for (int64_t r = r0; r < r1; r++) {
         const int8_t *row = (const int8_t *)w->data + r * w->cols;
         int32_t dot[4];
-        switch (nt) {
-        case 1: gemv_i8_row(1, row, w->cols, j->xq, j->ldxq, dot); break;
-        case 2: gemv_i8_row(2, row, w->cols, j->xq, j->ldxq, dot); break;
-        case 3: gemv_i8_row(3, row, w->cols, j->xq, j->ldxq, dot); break;
-        default: gemv_i8_row(4, row, w->cols, j->xq, j->ldxq, dot); break;
+        switch (nt * 2 + !j->hwpf) {
+        case 2: gemv_i8_row(1, 0, row, w->cols, j->xq, j->ldxq, dot); break;
+        case 3: gemv_i8_row(1, 1, row, w->cols, j->xq, j->ldxq, dot); break;
+        case 4: gemv_i8_row(2, 0, row, w->cols, j->xq, j->ldxq, dot); break;
+        case 5: gemv_i8_row(2, 1, row, w->cols, j->xq, j->ldxq, dot); break;
+        case 6: gemv_i8_row(3, 0, row, w->cols, j->xq, j->ldxq, dot); break;
+        case 7: gemv_i8_row(3, 1, row, w->cols, j->xq, j->ldxq, dot); break;
+        case 8: gemv_i8_row(4, 0, row, w->cols, j->xq, j->ldxq, dot); break;
+        default: gemv_i8_row(4, 1, row, w->cols, j->xq, j->ldxq, dot); break;
         }
         float s = dsr1_wmat_scale(w, r, 0);
         for (int b = 0; b < nt; b++) /* as rows_int8: (d * xs) * s */

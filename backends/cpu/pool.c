@@ -59,6 +59,8 @@ struct dsr1_pool {
     size_t scratch_cap;
     int avx512;              /* dsr1_mm_avx512_usable() at creation */
     int amx;                 /* dsr1_mm_amx_usable() at creation */
+    int hwpf;                /* the INT8 row GEMV without software prefetch
+                                (dsr1_pool_set_hwpf: the decode-time choice, pftune.h) */
 };
 
 typedef struct worker_arg {
@@ -283,3 +285,10 @@ int dsr1_pool_reserve(dsr1_pool *p, size_t bytes, dsr1_error *err)
 
 int dsr1_pool_avx512(const dsr1_pool *p) { return p->avx512; }
 int dsr1_pool_amx(const dsr1_pool *p) { return p->amx; }
+
+void dsr1_pool_set_hwpf(dsr1_pool *p, int on)
+{
+    if (p) p->hwpf = on;
+}
+
+int dsr1_pool_hwpf(const dsr1_pool *p) { return p ? p->hwpf : 0; }

@@ -1,0 +1,34 @@
+/*
+ * pftune.h - choosing, while decoding, whether the INT8 row GEMV asks for
+ * its weight lines ahead (software prefetch) or leaves the stream to the
+ * hardware prefetcher. Which is faster depends on how loaded the machine's
+ * memory is, and on the VMs here that changes by the minute (README,
+ * "Prefetch while decoding"): so the decoder measures both, step against
+ * step, and keeps the faster for a while, then measures again.
+ *
+ * Pure bookkeeping over step times, no clock and no threads: the CPU
+ * backend times each one-token step (step_begin to step_end) and asks
+ * which variant the next runs. Results do not depend on it (a prefetch
+ * never changes a value).
+ */
+#ifndef DSR1_PFTUNE_H
+#define DSR1_PFTUNE_H
+
+/* Steps of each variant per trial (alternating), and steps the winner
+ * then runs before the next trial. */
+#define DSR1_PFTUNE_TRIAL 6
+#define DSR1_PFTUNE_KEEP 96
+
+typedef struct dsr1_pftune {
+    int at;          /* steps into the current trial + keep cycle */
+    int choice;      /* the variant kept: 0 software prefetch, 1 hardware only */
+    double sum[2];   /* this trial's step seconds per variant */
+    int trials;      /* trials finished (tests, info) */
+} dsr1_pftune;
+
+/* The variant the next one-token step runs (0 or 1). */
+int dsr1_pftune_next(const dsr1_pftune *t);
+/* That step took `seconds` (it ran dsr1_pftune_next's variant). */
+void dsr1_pftune_done(dsr1_pftune *t, double seconds);
+
+#endif
