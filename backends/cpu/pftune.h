@@ -3,8 +3,9 @@
  * its weight lines ahead (software prefetch) or leaves the stream to the
  * hardware prefetcher. Which is faster depends on how loaded the machine's
  * memory is, and on the VMs here that changes by the minute (README,
- * "Prefetch while decoding"): so the decoder measures both, step against
- * step, and keeps the faster for a while, then measures again.
+ * Performance: "What changed for decode (1f171c5)"): so the decoder
+ * measures both, step against step, and keeps the faster for a while, then
+ * measures again.
  *
  * Pure bookkeeping over step times, no clock and no threads: the CPU
  * backend times each one-token step (step_begin to step_end) and asks
@@ -23,7 +24,7 @@ typedef struct dsr1_pftune {
     int at;          /* steps into the current trial + keep cycle */
     int choice;      /* the variant kept: 0 software prefetch, 1 hardware only */
     double sum[2];   /* this trial's step seconds per variant */
-    int trials;      /* trials finished (tests, info) */
+    int trials;      /* trials finished (the tests count them) */
 } dsr1_pftune;
 
 /* The variant the next one-token step runs (0 or 1). */
