@@ -372,3 +372,37 @@ DSR1_TEST(numa_model_logits_bit_identical)
     }
     sched_setaffinity(0, sizeof saved, &saved);
 }
+
+/* The CPU backend applies pftune's choice: each one-token step sets the
+ * variant pftune names on the workspace's pool and on every per-head
+ * pool (the trial alternates them), a step of more tokens runs the kept
+ * choice and is not timed, and a finished trial is counted. */
+DSR1_TEST(pftune_applied_per_step)
+{
+    const dsr1_backend_ops *be;
+    void *dev = NULL, *ws = NULL;
+    dsr1_error err;
+    CHECK_OK(dsr1_backend_find("cpu", &be, NULL, 0, &err), &err);
+    dsr1_backend_options o = {.threads = 2};
+    CHECK_OK(be->create(&o, &dev, &err), &err);
+    if (!dev) return;
+    dsr1_ws_sizes s = {.max_tokens = 4, .hidden = MD, .inter = MI, .moe_inter = MI, .n_experts = ME,
+                       .topk = MK, .shared_inter = MI, .max_in = MI, .n_heads = 1, .kv_lora_rank = 16,
+                       .rope_dim = 8, .max_ctx = 16, .kv_type = DSR1_KV_F32};
+    CHECK_OK(be->ws_create(dev, &s, &ws, &err), &err);
+    cpu_ws *w = ws;
+    for (int i = 0; w && i < 2 * DSR1_PFTUNE_TRIAL + 2; i++) {
+        int n = i == 2 * DSR1_PFTUNE_TRIAL + 1 ? 3 : 1;
+        dsr1_step stp = {.n = n};
+        int want = i < 2 * DSR1_PFTUNE_TRIAL ? i & 1 : w->pft.choice, at = w->pft.at;
+        CHECK_OK(be->step_begin(ws, &stp, &err), &err);
+        CHECKF(dsr1_pool_hwpf(dsr1_cpu_pool(w)) == want, "step %d (n=%d): pool hwpf %d, want %d", i, n,
+               dsr1_pool_hwpf(dsr1_cpu_pool(w)), want);
+        for (int k = 0; k < w->n_hpools; k++) CHECK_EQ_INT(dsr1_pool_hwpf(w->hpool[k]), want);
+        CHECK_OK(be->step_end(ws, &err), &err);
+        CHECK_EQ_INT(w->pft.at, n == 1 ? at + 1 : at); /* only one-token steps are timed */
+    }
+    if (w) CHECK_EQ_INT(w->pft.trials, 1);
+    if (ws) be->ws_free(ws);
+    be->destroy(dev);
+}
