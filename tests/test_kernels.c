@@ -576,14 +576,16 @@ static void int_matches_portable(dsr1_test_ctx *t, const tmat *m, const float *x
     free(one);
 }
 
-/* W4A8 on both INT4 layouts (groups of 32 with F16 scales, 128 with BF16),
- * odd rows, cols with a ragged last 128-column block (g32: 32, 64 or 96
- * columns of it) and several 512-column chunks, n = 1 (the one-token
- * kernel), 2, 3, 4, 5, 7, 8 (the register GEMV), 9, 64, 300 (the code
- * panel: ragged 6-token tiles, two token blocks) on 2 threads (16-row tasks) and
- * on 1 (one task: 32-row panels, a ragged last one): the AVX-512 kernel
- * gives the portable kernel's bits, and every 13th token alone (1 thread)
- * gives its bits in the batch. */
+/* W4A8 on the INT4 layouts (groups of 32 with F16 scales, 128 with BF16
+ * and with F16, convert's), odd rows, cols with a ragged last 128-column
+ * block (g32: 32, 64 or 96 columns of it) and several 512-column chunks,
+ * n = 1 (the one-token kernels: a row at a time in 16-group blocks, here
+ * 5, 34 = 2 blocks + 2 and 18 groups; past W4R_MAXC columns, 257 groups,
+ * 16 rows side by side), 2, 3, 4, 5, 7, 8 (the register GEMV), 9, 64, 300
+ * (the code panel: ragged 6-token tiles, two token blocks) on 2 threads
+ * (16-row tasks) and on 1 (one task: 32-row panels, a ragged last one):
+ * the AVX-512 kernel gives the portable kernel's bits, and every 13th
+ * token alone (1 thread) gives its bits in the batch. */
 DSR1_TEST(kernels_int4_w4a8_matches_portable)
 {
     if (!dsr1_mm_avx512_usable())
@@ -591,11 +593,11 @@ DSR1_TEST(kernels_int4_w4a8_matches_portable)
     static const int ns[] = {1, 2, 3, 4, 5, 7, 8, 9, 64, 300};
     static const int64_t shapes[][3] = {/* variant, rows, cols */
                                         {0, 37, 224}, {0, 21, 4160}, {1, 45, 640}, {1, 19, 4352},
-                                        {0, 50, 1120}};
+                                        {0, 50, 1120}, {2, 23, 2304}, {2, 3, 32896}};
     dsr1_pool *pool = NULL;
     dsr1_error err = {0};
     CHECK_OK(dsr1_pool_create(&pool, 2, &err), &err);
-    for (int si = 0; si < 5; si++) {
+    for (int si = 0; si < 7; si++) {
         int variant = (int)shapes[si][0];
         int64_t rows = shapes[si][1], cols = shapes[si][2], ldx = cols + 5;
         tmat m = dsr1_test_mat(DSR1_T_INT4, rows, cols, variant, 61 + (uint64_t)si);
