@@ -233,6 +233,31 @@ INLINE void w4_gemv(const int nt, const int g32, const dsr1_mm_job *j, int64_t r
     }
 }
 
+/* The 16 vectors d[i] of 32-bit partial sums gathered into lanes: lane i
+ * of q4[q] is the sum of d[i]'s 128-bit block q (its four lanes), so
+ * q4[0] + q4[1] + q4[2] + q4[3] holds each d[i]'s whole sum in lane i.
+ * Two levels of pairwise adds and a 4x4 transpose of the blocks: the one
+ * reduction both one-token W4A8 kernels use (exact integers). */
+INLINE void w4_gather16(const __m512i d[16], __m512i q4[4])
+{
+    __m512i a[8], b[4];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++)
+        a[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(d[2 * i], d[2 * i + 1]),
+                                _mm512_unpackhi_epi32(d[2 * i], d[2 * i + 1]));
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+        b[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(a[2 * i], a[2 * i + 1]),
+                                _mm512_unpackhi_epi64(a[2 * i], a[2 * i + 1]));
+    /* b[i], block q: the sums of d[4i .. 4i+3] over that block */
+    const __m512i e0 = _mm512_shuffle_i32x4(b[0], b[1], 0x44), e1 = _mm512_shuffle_i32x4(b[0], b[1], 0xee);
+    const __m512i e2 = _mm512_shuffle_i32x4(b[2], b[3], 0x44), e3 = _mm512_shuffle_i32x4(b[2], b[3], 0xee);
+    q4[0] = _mm512_shuffle_i32x4(e0, e2, 0x88);
+    q4[1] = _mm512_shuffle_i32x4(e0, e2, 0xdd);
+    q4[2] = _mm512_shuffle_i32x4(e1, e3, 0x88);
+    q4[3] = _mm512_shuffle_i32x4(e1, e3, 0xdd);
+}
+
 /* One token: lanes are columns instead (a row's 128 columns in one load,
  * its nibbles against x' as vectors: lane l of xl and xh the x' of packed
  * element l's low and high nibbles), then the 16 rows' exact dots
@@ -273,20 +298,8 @@ INLINE void w4_gemv1(const int g32, const dsr1_mm_job *j, int64_t r0, int64_t r1
                     d[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w4_lo(v), xl), w4_hi(v), xh);
                 }
             }
-            __m512i a[8], b[4];
-#pragma GCC unroll 8
-            for (int i = 0; i < 8; i++)
-                a[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(d[2 * i], d[2 * i + 1]),
-                                        _mm512_unpackhi_epi32(d[2 * i], d[2 * i + 1]));
-#pragma GCC unroll 4
-            for (int i = 0; i < 4; i++)
-                b[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(a[2 * i], a[2 * i + 1]),
-                                        _mm512_unpackhi_epi64(a[2 * i], a[2 * i + 1]));
-            /* b[i], block q: rows 4i .. 4i+3 over columns 32q .. 32q+31 */
-            const __m512i e0 = _mm512_shuffle_i32x4(b[0], b[1], 0x44), e1 = _mm512_shuffle_i32x4(b[0], b[1], 0xee);
-            const __m512i e2 = _mm512_shuffle_i32x4(b[2], b[3], 0x44), e3 = _mm512_shuffle_i32x4(b[2], b[3], 0xee);
-            __m512i q4[4] = {_mm512_shuffle_i32x4(e0, e2, 0x88), _mm512_shuffle_i32x4(e0, e2, 0xdd),
-                             _mm512_shuffle_i32x4(e1, e3, 0x88), _mm512_shuffle_i32x4(e1, e3, 0xdd)};
+            __m512i q4[4];
+            w4_gather16(d, q4);
             if (g32) {
                 const int ngr = left >= 64 ? 4 : (int)(left / 16);
 #pragma GCC unroll 4
@@ -310,10 +323,9 @@ INLINE void w4_gemv1(const int g32, const dsr1_mm_job *j, int64_t r0, int64_t r1
  * the INT8 row GEMV, matmul_avx512.c). Here a row is read front to back,
  * 16 groups (1 KB) at a time: each group's 64 bytes against x' as
  * vectors (lanes as columns, as w4_gemv1), the 16 groups' exact dots
- * gathered into lanes by the same adds and block shuffles (lane q: group
- * q), xg added, then the row's canonical float steps group by group in
- * order, acc = fma(dot, s, acc), as every W4A8 kernel does per row (the
- * same bits). x' (xl, xh of every 128 columns) is laid out once per task.
+ * gathered into lanes by w4_gather16 (lane q: group q), xg added, then
+ * the row's canonical float steps group by group in order, acc =
+ * fma(dot, s, acc), as every W4A8 kernel does per row (the same bits). x' (xl, xh of every 128 columns) is laid out once per task.
  * Measured (/tmp harness: dsr1_matmul at n = 1 over 1 GB of 2048x7168
  * INT4 matrices, 2 threads, Zen 5, builds alternated): from DRAM
  * 28.2-35.1 GB/s of codes with w4_gemv1, 37.1-42.5 this way (9 rounds
@@ -362,20 +374,9 @@ INLINE void w4_row1(const dsr1_mm_job *j, int64_t r0, int64_t r1)
                     d[i] = _mm512_setzero_si512();
                 }
             }
-            __m512i a[8], b[4];
-#pragma GCC unroll 8
-            for (int i = 0; i < 8; i++)
-                a[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(d[2 * i], d[2 * i + 1]),
-                                        _mm512_unpackhi_epi32(d[2 * i], d[2 * i + 1]));
-#pragma GCC unroll 4
-            for (int i = 0; i < 4; i++)
-                b[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(a[2 * i], a[2 * i + 1]),
-                                        _mm512_unpackhi_epi64(a[2 * i], a[2 * i + 1]));
-            const __m512i e0 = _mm512_shuffle_i32x4(b[0], b[1], 0x44), e1 = _mm512_shuffle_i32x4(b[0], b[1], 0xee);
-            const __m512i e2 = _mm512_shuffle_i32x4(b[2], b[3], 0x44), e3 = _mm512_shuffle_i32x4(b[2], b[3], 0xee);
-            __m512i dq = _mm512_add_epi32(
-                _mm512_add_epi32(_mm512_shuffle_i32x4(e0, e2, 0x88), _mm512_shuffle_i32x4(e0, e2, 0xdd)),
-                _mm512_add_epi32(_mm512_shuffle_i32x4(e1, e3, 0x88), _mm512_shuffle_i32x4(e1, e3, 0xdd)));
+            __m512i q4[4];
+            w4_gather16(d, q4);
+            __m512i dq = _mm512_add_epi32(_mm512_add_epi32(q4[0], q4[1]), _mm512_add_epi32(q4[2], q4[3]));
             const __mmask16 m = (__mmask16)((1u << cnt) - 1);
             dq = _mm512_add_epi32(dq, _mm512_maskz_loadu_epi32(m, j->xg + gb));
             const __m256i h = _mm256_maskz_loadu_epi16(m, sr + gb);
