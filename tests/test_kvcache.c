@@ -48,6 +48,7 @@ static void row_of(int seq, int layer, int pos, float *lat, float *pe)
 
 DSR1_TEST(kvcache_pages_and_rollback)
 {
+    DSR1_TEST_NEED_BACKEND();
     pages pg = {0};
     dsr1_kvcache *kv = make(t, &pg, DSR1_KV_F32, 2, 16, 0);
     REQUIRE(kv);
@@ -92,6 +93,7 @@ DSR1_TEST(kvcache_pages_and_rollback)
 
 DSR1_TEST(kvcache_limits)
 {
+    DSR1_TEST_NEED_BACKEND();
     pages pg = {0};
     /* Budget of 3 pages for 2 slots of 16 tokens. */
     uint64_t page = dsr1_kvcache_token_bytes(DSR1_KV_BF16, 3, 12) * 4;
@@ -120,6 +122,7 @@ DSR1_TEST(kvcache_limits)
 
 DSR1_TEST(kvcache_types_roundtrip)
 {
+    DSR1_TEST_NEED_BACKEND();
     pages pg = {0};
     dsr1_kv_type types[] = {DSR1_KV_F32, DSR1_KV_BF16, DSR1_KV_FP8};
     for (int k = 0; k < 3; k++) {

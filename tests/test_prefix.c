@@ -47,6 +47,7 @@ static void fill(dsr1_kvcache *kv, int seq, int from, int to, float base)
 
 DSR1_TEST(prefix_tree_share_evict_cow)
 {
+    DSR1_TEST_NEED_BACKEND();
     const dsr1_backend_ops *be = NULL;
     void *dev = NULL;
     dsr1_kvcache *kv = small_cache(8, &be, &dev);
