@@ -1675,10 +1675,11 @@ static void gemv_int8_multi(const dsr1_mm_job *j, int64_t r0, int64_t r1)
                 }
             }
         }
+        float sw[GM_PR]; /* once per row: MLA's 128-column heads make this loop count */
+        for (int a = 0; a < pr; a++) sw[a] = dsr1_wmat_scale(w, r + a, 0);
         for (int b = 0; b < nt; b++) /* as rows_int8_panel: (d * xs) * s */
             for (int a = 0; a < pr; a++)
-                j->y[b * j->ldy + r + a] =
-                    (float)(dot[a][b] - 128 * j->xsum[b]) * j->xs[b] * dsr1_wmat_scale(w, r + a, 0);
+                j->y[b * j->ldy + r + a] = (float)(dot[a][b] - 128 * j->xsum[b]) * j->xs[b] * sw[a];
     }
 }
 
