@@ -1553,9 +1553,11 @@ static void gemv_int8(const dsr1_mm_job *j, int64_t r0, int64_t r1)
  * Measured (Zen 5, 2 cores): 512x7168 from L3, one thread, n = 8: 26.8 ->
  * 31.4 GB/s; from DRAM (18432x7168, 2 threads, a loaded machine) even;
  * in the model, batch-8 decode steps alternating the two kernels in one
- * process (R1-shape INT8 file): 2.0, 2.2, 4.2 and 5.4% faster (a null
- * alternation 0.5%). Still short of the 2 dpbusd a cycle the core
- * issues: GCC keeps moving the second row's accumulators. */
+ * process (R1-shape INT8 file): 6.2, 8.0 and 10.0% faster (a null
+ * alternation 0.5%), while whole runs of the two builds alternated came
+ * out even (medians 52.1 tok/s both, the machine swinging -5 to +13%).
+ * Still short of the 2 dpbusd a cycle the core issues: GCC keeps moving
+ * the second row's accumulators. */
 #define GM_KC 2048
 #define GM_PR 16
 
