@@ -672,7 +672,11 @@ DSR1_TEST(kernels_int8_w8a8_batch_matches_portable)
  * thread and 2, and every 13th token alone gives its bits in the batch.
  * Rows of at most 256 columns go four at a time (gemv_i8_short4: MLA's
  * per-head 512x128 absorb matrices): 128 and 256 columns in whole 64-byte
- * steps, 192, 200 and 50 with masked ends, 64 and 27 rows. With and
+ * steps, 192, 200 and 50 with masked ends, 64 and 27 rows. Rows longer
+ * than GEMV_LONG (8192) at 1-2 tokens go four at a time too
+ * (gemv_i8_tile4): 8256 ends in a lone 64-byte step after the 128-byte
+ * ones, 8300 in a masked one; 23 and 9 rows leave rows past the last
+ * whole tile to the row loop. With and
  * without the row GEMV's software prefetch (dsr1_pool_set_hwpf: the
  * decode-time choice of pftune.h), which must never change a bit. */
 DSR1_TEST(kernels_int8_w8a8_gemv_matches_portable)
@@ -681,9 +685,10 @@ DSR1_TEST(kernels_int8_w8a8_gemv_matches_portable)
         DSR1_SKIP("no AVX-512 BF16/VNNI kernels on this CPU: %s", "dsr1_matmul would be the portable kernel compared with itself");
     static const int ns[] = {1, 2, 3, 4};
     static const int64_t shapes[][2] = {{37, 2048}, {45, 192}, {21, 4160}, {40, 200},
-                                        {13, 50},   {29, 2112}, {64, 128},  {27, 256}};
-    int8_shapes_match(t, shapes, 8, ns, 4, 91, "W8A8 GEMV", 0);
-    int8_shapes_match(t, shapes, 8, ns, 4, 91, "W8A8 GEMV, hardware prefetch only", 1);
+                                        {13, 50},   {29, 2112}, {64, 128},  {27, 256},
+                                        {23, 8256}, {9, 8300}};
+    int8_shapes_match(t, shapes, 10, ns, 4, 91, "W8A8 GEMV", 0);
+    int8_shapes_match(t, shapes, 10, ns, 4, 91, "W8A8 GEMV, hardware prefetch only", 1);
 }
 
 /* The W4A8 order of matmul_impl.h written out here from its text: x

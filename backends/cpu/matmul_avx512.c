@@ -1390,7 +1390,18 @@ static void rows_int8_panel(const dsr1_mm_job *j, int64_t r0, int64_t r1)
     }
 }
 
-/* W8A8 GEMV (n <= 4 tokens, one scale per row): one row at a time, front
+/* acc += dots of w's unsigned bytes and x's signed ones, the accumulator
+ * tied to its register ("+v"): with the intrinsic GCC 12 copied every
+ * accumulator between registers each step and spilled one (perf); 512x7168
+ * from L3, 2 threads, n = 8: 36-39 GB/s that way, 45 tied. */
+INLINE __m512i gm_dp(__m512i acc, __m512i w, __m512i x)
+{
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(w), "v"(x));
+    return acc;
+}
+
+/* W8A8 GEMV (n <= 4 tokens, one scale per row; rows longer than GEMV_LONG
+ * at 1-2 tokens: gemv_i8_tile4 below): one row at a time, front
  * to back, so a task's weights are read as one sequential stream. The
  * 4-row tiles of rows_int8 below read four rows side by side: four
  * streams, which this machine's prefetchers follow worse, the worse the
@@ -1499,6 +1510,76 @@ INLINE void gemv_i8_short4(const int nt, const int8_t *w, int64_t cols, const in
     }
 }
 
+/* Long rows (more than GEMV_LONG columns: R1's o_proj, 16384, and dense
+ * FFN down, 18432) at 1 or 2 tokens: x's codes (16-36 KiB) no longer stay
+ * in L1 beside the weight stream, so a row at a time reloads them from L2
+ * for every row. Here four rows go side by side and each x vector serves
+ * all four, the lines asked for into L1 as the FP8 GEMV does
+ * (tile_prefetch). Exact integer dots, so the same bits. Measured in the
+ * model (R1-shape INT8 file, AMD EPYC Zen 5, 2 threads, batch-1 decode
+ * steps alternating the two ways in one process, 7 runs): 7168x16384
+ * 41.5-45.2 -> 45.8-52.7 GB/s, 7168x18432 37.6-43.1 -> 42.8-48.6 (even
+ * in one run); the whole step 1.0-4.6% faster in the 5 runs that tiled
+ * these shapes only. Rows of 7168 columns or fewer keep the row-at-a-time
+ * stream, which stayed ahead there (2048 and 1536 columns 48-49 against
+ * 41-42 GB/s tiled; the LM head 55-57 against 49-53). Without the
+ * software prefetch the tiles ran even (3 runs). */
+#define GEMV_LONG 8192
+INLINE void gemv_i8_tile4(const int nt, const int8_t *w, int64_t cols, const int8_t *xq, int64_t ldx,
+                          int32_t dot[4][4])
+{
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    __m512i acc[4][2]; /* nt = 1: two chains per row over alternate steps; 2: one per token */
+    const tile_pf pf = tile_pf_make(4, cols, 0);
+#pragma GCC unroll 4
+    for (int a = 0; a < 4; a++) acc[a][0] = acc[a][1] = _mm512_setzero_si512();
+    int64_t k = 0;
+    for (; k + 128 <= cols; k += 128) {
+        __m512i x00 = _mm512_loadu_si512(xq + k), x01 = _mm512_loadu_si512(xq + k + 64), x10, x11;
+        if (nt == 2) x10 = _mm512_loadu_si512(xq + ldx + k), x11 = _mm512_loadu_si512(xq + ldx + k + 64);
+#pragma GCC unroll 4
+        for (int a = 0; a < 4; a++) {
+            const uint8_t *p = (const uint8_t *)w + a * cols + k;
+            tile_prefetch(p, k, pf);
+            tile_prefetch(p + 64, k + 64, pf);
+            __m512i w0 = _mm512_xor_si512(_mm512_loadu_si512(p), flip);
+            __m512i w1 = _mm512_xor_si512(_mm512_loadu_si512(p + 64), flip);
+            if (nt == 1) {
+                acc[a][0] = gm_dp(acc[a][0], w0, x00);
+                acc[a][1] = gm_dp(acc[a][1], w1, x01);
+            } else {
+                acc[a][0] = gm_dp(gm_dp(acc[a][0], w0, x00), w1, x01);
+                acc[a][1] = gm_dp(gm_dp(acc[a][1], w0, x10), w1, x11);
+            }
+        }
+    }
+    for (; k < cols; k += 64) { /* whole 64s, then a masked end (w is not padded) */
+        __mmask64 m = cols - k >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (cols - k)) - 1;
+        __m512i x0 = _mm512_maskz_loadu_epi8(m, xq + k);
+        __m512i x1 = nt == 2 ? _mm512_maskz_loadu_epi8(m, xq + ldx + k) : x0;
+#pragma GCC unroll 4
+        for (int a = 0; a < 4; a++) {
+            __m512i wv = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, w + a * cols + k), flip);
+            acc[a][0] = gm_dp(acc[a][0], wv, x0);
+            if (nt == 2) acc[a][1] = gm_dp(acc[a][1], wv, x1);
+        }
+    }
+    __m512i s[2][4];
+#pragma GCC unroll 4
+    for (int a = 0; a < 4; a++) {
+        s[0][a] = nt == 1 ? _mm512_add_epi32(acc[a][0], acc[a][1]) : acc[a][0];
+        s[1][a] = acc[a][1];
+    }
+    for (int b = 0; b < nt; b++) { /* as gemv_i8_short4: rows 0..3 in one reduction */
+        __m512i s01 = _mm512_add_epi32(_mm512_unpacklo_epi32(s[b][0], s[b][1]), _mm512_unpackhi_epi32(s[b][0], s[b][1]));
+        __m512i s23 = _mm512_add_epi32(_mm512_unpacklo_epi32(s[b][2], s[b][3]), _mm512_unpackhi_epi32(s[b][2], s[b][3]));
+        __m512i t = _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
+        __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(t), _mm512_extracti64x4_epi64(t, 1));
+        __m128i q = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+        _mm_storeu_si128((__m128i *)dot[b], q); /* dot[b][a]: row a */
+    }
+}
+
 static void gemv_int8(const dsr1_mm_job *j, int64_t r0, int64_t r1)
 {
     const dsr1_wmat *w = j->w;
@@ -1516,6 +1597,18 @@ static void gemv_int8(const dsr1_mm_job *j, int64_t r0, int64_t r1)
             for (int a = 0; a < 4; a++) {
                 float s = dsr1_wmat_scale(w, r0 + a, 0);
                 for (int b = 0; b < nt; b++)
+                    j->y[b * j->ldy + r0 + a] = (float)(dot[b][a] - 128 * j->xsum[b]) * j->xs[b] * s;
+            }
+        }
+    if (w->cols > GEMV_LONG && nt <= 2)
+        for (; r0 + 4 <= r1; r0 += 4) {
+            const int8_t *rows = (const int8_t *)w->data + r0 * w->cols;
+            int32_t dot[4][4];
+            if (nt == 1) gemv_i8_tile4(1, rows, w->cols, j->xq, j->ldxq, dot);
+            else gemv_i8_tile4(2, rows, w->cols, j->xq, j->ldxq, dot);
+            for (int a = 0; a < 4; a++) {
+                float s = dsr1_wmat_scale(w, r0 + a, 0);
+                for (int b = 0; b < nt; b++) /* as below */
                     j->y[b * j->ldy + r0 + a] = (float)(dot[b][a] - 128 * j->xsum[b]) * j->xs[b] * s;
             }
         }
@@ -1578,15 +1671,6 @@ INLINE __m256i gm_hsum8(const __m512i v[8])
     return _mm512_castsi512_si256(f);
 }
 
-/* acc += dots of w's unsigned bytes and x's signed ones, the accumulator
- * tied to its register ("+v"): with the intrinsic GCC 12 copied every
- * accumulator between registers each step and spilled one (perf); 512x7168
- * from L3, 2 threads, n = 8: 36-39 GB/s that way, 45 tied. */
-INLINE __m512i gm_dp(__m512i acc, __m512i w, __m512i x)
-{
-    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(w), "v"(x));
-    return acc;
-}
 
 /* Rows w, w + ldw (rt = 2) or w alone (rt = 1) against nt tokens over len
  * columns (masked when not whole 64-byte steps: w is not padded); dot[a][b]
