@@ -1461,6 +1461,18 @@ INLINE void gemv_i8_row(const int nt, const int pf, const int8_t *row, int64_t c
     }
 }
 
+/* dot[a] = the lane sum of v_a, a = 0..3 (exact int32): lanes of the four
+ * interleaved, then the four 128-bit quarters added. */
+INLINE void i8_sum4(__m512i v0, __m512i v1, __m512i v2, __m512i v3, int32_t dot[4])
+{
+    __m512i s01 = _mm512_add_epi32(_mm512_unpacklo_epi32(v0, v1), _mm512_unpackhi_epi32(v0, v1));
+    __m512i s23 = _mm512_add_epi32(_mm512_unpacklo_epi32(v2, v3), _mm512_unpackhi_epi32(v2, v3));
+    __m512i s = _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
+    __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
+    __m128i q = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    _mm_storeu_si128((__m128i *)dot, q);
+}
+
 /* Short rows (cols <= 256: MLA's per-head absorb matrices, 128 columns).
  * gemv_i8_row runs them through its masked tail, one reduction per row,
  * and on Zen 5 the hardware prefetcher did not follow those masked
@@ -1497,17 +1509,7 @@ INLINE void gemv_i8_short4(const int nt, const int8_t *w, int64_t cols, const in
         }
     }
 #pragma GCC unroll 4
-    for (int b = 0; b < nt; b++) {
-        /* lanes of rows 0..3 interleaved, then the four 128-bit quarters added */
-        __m512i s01 = _mm512_add_epi32(_mm512_unpacklo_epi32(acc[0][b], acc[1][b]),
-                                       _mm512_unpackhi_epi32(acc[0][b], acc[1][b]));
-        __m512i s23 = _mm512_add_epi32(_mm512_unpacklo_epi32(acc[2][b], acc[3][b]),
-                                       _mm512_unpackhi_epi32(acc[2][b], acc[3][b]));
-        __m512i s = _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
-        __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
-        __m128i q = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-        _mm_storeu_si128((__m128i *)dot[b], q); /* dot[b][a]: row a */
-    }
+    for (int b = 0; b < nt; b++) i8_sum4(acc[0][b], acc[1][b], acc[2][b], acc[3][b], dot[b]);
 }
 
 /* Long rows (more than GEMV_LONG columns: R1's o_proj, 16384, and dense
@@ -1570,14 +1572,7 @@ INLINE void gemv_i8_tile4(const int nt, const int8_t *w, int64_t cols, const int
         s[0][a] = nt == 1 ? _mm512_add_epi32(acc[a][0], acc[a][1]) : acc[a][0];
         s[1][a] = acc[a][1];
     }
-    for (int b = 0; b < nt; b++) { /* as gemv_i8_short4: rows 0..3 in one reduction */
-        __m512i s01 = _mm512_add_epi32(_mm512_unpacklo_epi32(s[b][0], s[b][1]), _mm512_unpackhi_epi32(s[b][0], s[b][1]));
-        __m512i s23 = _mm512_add_epi32(_mm512_unpacklo_epi32(s[b][2], s[b][3]), _mm512_unpackhi_epi32(s[b][2], s[b][3]));
-        __m512i t = _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
-        __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(t), _mm512_extracti64x4_epi64(t, 1));
-        __m128i q = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-        _mm_storeu_si128((__m128i *)dot[b], q); /* dot[b][a]: row a */
-    }
+    for (int b = 0; b < nt; b++) i8_sum4(s[b][0], s[b][1], s[b][2], s[b][3], dot[b]); /* dot[b][a]: row a */
 }
 
 static void gemv_int8(const dsr1_mm_job *j, int64_t r0, int64_t r1)
