@@ -1349,6 +1349,18 @@ static void rows_float(const dsr1_mm_job *j, int64_t r0, int64_t r1, int bf)
     }
 }
 
+/* Row r's scale of a one-scale-per-row INT8 matrix: the float32 array
+ * read in place, other scale types through dsr1_wmat_scale (the same value
+ * either way). Its call and switch per row cost: batch-1 decode steps
+ * alternating the two in one process (R1-shape INT8 file, Zen 5, three
+ * runs): LM head 129280x7168 51.4 -> 54.1, 44.3 -> 46.5, 50.5 -> 51.8
+ * GB/s, MLA's per-head 512x128 4.9 -> 4.7, 8.6 -> 6.7, 6.8 -> 6.6 us a
+ * call; steps +3.2, +2.8, +1.5% (a null alternation -2.1%). */
+INLINE float i8_scale(const dsr1_wmat *w, int64_t r)
+{
+    return w->scale_type == DSR1_T_F32 ? ((const float *)w->scale)[r] : dsr1_wmat_scale(w, r, 0);
+}
+
 /* W8A8, one scale per row, many tokens: integer dots are exact, so they can
  * be cut into column chunks freely. A 16-row panel x 2048-column chunk of W
  * stays in L1/L2 while every 6-token tile of x streams past it, and each
@@ -1380,7 +1392,7 @@ static void rows_int8_panel(const dsr1_mm_job *j, int64_t r0, int64_t r1)
                 }
             }
             float sw[PANEL];
-            for (int a = 0; a < pr; a++) sw[a] = dsr1_wmat_scale(w, r + a, 0);
+            for (int a = 0; a < pr; a++) sw[a] = i8_scale(w, r + a);
             /* Token-major, so each token's rows are one cache line of y. */
             for (int b = 0; b < nb; b++)
                 for (int a = 0; a < pr; a++)
@@ -1575,18 +1587,6 @@ INLINE void gemv_i8_tile4(const int nt, const int8_t *w, int64_t cols, const int
     for (int b = 0; b < nt; b++) i8_sum4(s[b][0], s[b][1], s[b][2], s[b][3], dot[b]); /* dot[b][a]: row a */
 }
 
-/* Row r's scale of a one-scale-per-row INT8 matrix: the float32 array
- * read in place, other scale types through dsr1_wmat_scale (the same value
- * either way). Its call and switch per row cost: batch-1 decode steps
- * alternating the two in one process (R1-shape INT8 file, Zen 5, three
- * runs): LM head 129280x7168 51.4 -> 54.1, 44.3 -> 46.5, 50.5 -> 51.8
- * GB/s, MLA's per-head 512x128 4.9 -> 4.7, 8.6 -> 6.7, 6.8 -> 6.6 us a
- * call; steps +3.2, +2.8, +1.5% (a null alternation -2.1%). */
-INLINE float i8_scale(const dsr1_wmat *w, int64_t r)
-{
-    return w->scale_type == DSR1_T_F32 ? ((const float *)w->scale)[r] : dsr1_wmat_scale(w, r, 0);
-}
-
 static void gemv_int8(const dsr1_mm_job *j, int64_t r0, int64_t r1)
 {
     const dsr1_wmat *w = j->w;
@@ -1769,7 +1769,7 @@ static void gemv_int8_multi(const dsr1_mm_job *j, int64_t r0, int64_t r1)
             }
         }
         float sw[GM_PR]; /* once per row: MLA's 128-column heads make this loop count */
-        for (int a = 0; a < pr; a++) sw[a] = dsr1_wmat_scale(w, r + a, 0);
+        for (int a = 0; a < pr; a++) sw[a] = i8_scale(w, r + a);
         for (int b = 0; b < nt; b++) /* as rows_int8_panel: (d * xs) * s */
             for (int a = 0; a < pr; a++)
                 j->y[b * j->ldy + r + a] = (float)(dot[a][b] - 128 * j->xsum[b]) * j->xs[b] * sw[a];
@@ -1826,7 +1826,7 @@ static void rows_int8(const dsr1_mm_job *j, int64_t r0, int64_t r1)
                     for (int a = 0; a < rt; a++) {
                         float d = (float)(dot[a][b] - 128 * corr);
                         if (w->group == 0)
-                            acc[a][b] = d * j->xs[t0 + b] * dsr1_wmat_scale(w, r + a, 0);
+                            acc[a][b] = d * j->xs[t0 + b] * i8_scale(w, r + a);
                         else
                             acc[a][b] = fmaf(d, dsr1_wmat_scale(w, r + a, c0), acc[a][b]);
                     }
