@@ -304,9 +304,8 @@ static void print_table(const char *path, dsr1_model *m, const model_opts *o, do
 {
     double wbytes = (double)dsr1_model_active_weight_bytes(m);
     char wb[32];
-    const char *desc = dsr1_model_describe(m);
-    printf("model: %s: %s\n", path, desc);
-    if (strncmp(desc, "cpu", 3)) {
+    printf("model: %s: %s\n", path, dsr1_model_describe(m));
+    if (strcmp(dsr1_model_backend_name(m), "cpu")) {
         /* On a GPU the weights stream from its own memory: the host's
          * bandwidth is no bound there (an H200 run printed 330%). */
         printf("weights per decoded token (batch 1) %s; no bandwidth bound off the CPU (the host's "

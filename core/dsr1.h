@@ -74,6 +74,8 @@ const dsr1_tokenizer *dsr1_model_tokenizer(const dsr1_model *m);
 const char *dsr1_model_chat_template(const dsr1_model *m);
 /* Human-readable: "cpu (avx512-bf16, 2 threads, fp8 weights)". */
 const char *dsr1_model_describe(const dsr1_model *m);
+/* The backend running the model: "cpu", "cuda", "hip". */
+const char *dsr1_model_backend_name(const dsr1_model *m);
 /* How the backend was chosen, for the start-up line: "cpu (asked for)",
  * "auto: cpu (cuda: libdsr1-cuda.so not found ...; hip: ...)". */
 const char *dsr1_model_backend_choice(const dsr1_model *m);

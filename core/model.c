@@ -431,6 +431,7 @@ const dsr1_tokenizer *dsr1_model_tokenizer(const dsr1_model *m) { return m->tok;
 const char *dsr1_model_chat_template(const dsr1_model *m) { return m->chat_template; }
 const char *dsr1_model_describe(const dsr1_model *m) { return m->describe; }
 const char *dsr1_model_backend_choice(const dsr1_model *m) { return m->backend_why; }
+const char *dsr1_model_backend_name(const dsr1_model *m) { return m->be->name; }
 int dsr1_model_has_mtp(const dsr1_model *m) { return m->n_mtp > 0; }
 
 int dsr1_backends(dsr1_backend_info *out, int max)
