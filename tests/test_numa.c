@@ -214,7 +214,7 @@ static float *rnd(size_t n, uint32_t seed, float scale)
 /* One MoE call on a CPU backend with `numa` nodes and `threads` threads;
  * writes out[n][MD], the node-by-node runs and the side-by-side runs. */
 static void moe_once(dsr1_test_ctx *t, int numa, int threads, dsr1_type type, dsr1_act act, int n,
-                     float *out, uint64_t *runs, uint64_t *ep)
+                     float *out, uint64_t run[3])
 {
     const dsr1_backend_ops *be;
     void *dev = NULL, *ws = NULL;
@@ -258,8 +258,9 @@ static void moe_once(dsr1_test_ctx *t, int numa, int threads, dsr1_type type, ds
         be->moe(ws, &mw, &p, xv, n, yv, act);
         be->read(ws, yv, n, MD, out, MD);
         CHECK_OK(be->step_end(ws, &err), &err);
-        *runs = ((cpu_ws *)ws)->numa_runs;
-        *ep = ((cpu_ws *)ws)->ep_runs;
+        run[0] = ((cpu_ws *)ws)->numa_runs;
+        run[1] = ((cpu_ws *)ws)->ep_runs;
+        run[2] = ((cpu_ws *)ws)->batch_runs;
     }
     be->buf_free(dev, xb);
     be->buf_free(dev, yb);
@@ -271,7 +272,8 @@ static void moe_once(dsr1_test_ctx *t, int numa, int threads, dsr1_type type, ds
 /* Both weight types and both acts at each of the ns[nn] token counts: the
  * MoE on setup a ({numa nodes, threads}) and on setup b gives the same
  * bits, and the path under test (counter `which`: 0 node-by-node runs, 1
- * side-by-side runs) ran once on b and never on a. */
+ * side-by-side runs, 2 runs of all experts at once) ran once on b and
+ * never on a. */
 static void moe_same_bits(dsr1_test_ctx *t, const int a[2], const int b[2], const int *ns, int nn,
                           int which)
 {
@@ -281,13 +283,13 @@ static void moe_same_bits(dsr1_test_ctx *t, const int a[2], const int b[2], cons
         for (int ai = 0; ai < 2; ai++)
             for (int k = 0; k < nn; k++) {
                 dsr1_act act = ai ? DSR1_ACT_INT8 : DSR1_ACT_F32;
-                uint64_t run[2][2] = {{99, 99}, {0, 0}};
+                uint64_t run[2][3] = {{99, 99, 99}, {0, 0, 0}};
                 memset(one, 0, sizeof one), memset(two, 0xff, sizeof two);
-                moe_once(t, a[0], a[1], types[ti], act, ns[k], one, &run[0][0], &run[0][1]);
-                moe_once(t, b[0], b[1], types[ti], act, ns[k], two, &run[1][0], &run[1][1]);
+                moe_once(t, a[0], a[1], types[ti], act, ns[k], one, run[0]);
+                moe_once(t, b[0], b[1], types[ti], act, ns[k], two, run[1]);
                 CHECKF(run[0][which] == 0 && run[1][which] == 1,
                        "%s runs: %llu on %d node(s) x %d thread(s), %llu on %d x %d",
-                       which ? "side-by-side" : "node-by-node", (unsigned long long)run[0][which], a[0],
+                       which == 2 ? "all-at-once" : which ? "side-by-side" : "node-by-node", (unsigned long long)run[0][which], a[0],
                        a[1], (unsigned long long)run[1][which], b[0], b[1]);
                 CHECKF(!memcmp(one, two, (size_t)ns[k] * MD * 4), "type %d act %d n=%d: bits differ",
                        (int)types[ti], (int)act, ns[k]);
@@ -321,6 +323,24 @@ DSR1_TEST(moe_side_by_side_bit_identical)
     }
     static const int ns[] = {16, MT}, one_thread[2] = {1, 1}, two_threads[2] = {1, 2};
     moe_same_bits(t, one_thread, two_threads, ns, 2, 1);
+}
+
+/* A decode step's experts all at once (cpu_moe.c by_batch: every
+ * gate+up in one pool run, every down in another) against node by node
+ * (two virtual nodes, each running its experts in turn): the same bits at
+ * 1, 5 and 8 tokens - one token per expert, some with several (gathered
+ * and scattered), and the pool's tasks of many matmuls interleaved. */
+DSR1_TEST(moe_all_at_once_bit_identical)
+{
+    if (ncpus() < 2) {
+        dsr1_test_skip(t, "one CPU: no virtual split");
+        return;
+    }
+    cpu_set_t saved;
+    REQUIRE(sched_getaffinity(0, sizeof saved, &saved) == 0);
+    static const int ns[] = {1, 5, 8}, two_nodes[2] = {2, 2}, one_node[2] = {1, 2};
+    moe_same_bits(t, two_nodes, one_node, ns, 3, 2);
+    sched_setaffinity(0, sizeof saved, &saved);
 }
 
 /* The tiny R1-layout model: logits of 9 tokens (one prefill, and one token

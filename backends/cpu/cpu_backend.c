@@ -157,6 +157,7 @@ static void cpu_ws_free(void *wsp)
     free(w->order);
     free(w->count);
     free(w->first);
+    free(w->items);
     free(w);
 }
 
@@ -247,6 +248,7 @@ static int cpu_ws_create(void *dev, const dsr1_ws_sizes *s, void **out, dsr1_err
     w->slots = malloc(T * K * D * 4);
     w->sh = malloc(T * D * 4);
     w->route_scratch = malloc((3 * E + 1) * 4);
+    w->items = malloc((E + 1) * sizeof *w->items);
     int rc = alloc_attention(w);
     int drc = !rc && w->dev->fast_gemm ? dsr1_dnnl_create(&w->dnnl, err) : 0;
     if (drc) {
@@ -258,7 +260,7 @@ static int cpu_ws_create(void *dev, const dsr1_ws_sizes *s, void **out, dsr1_err
     if (!rc) rc = dsr1_cpu_numa_ws(w);
     if (!rc && !w->dev->topo) rc = dsr1_cpu_moe_lanes(w);
     if (rc || !w->ha || !w->hb || !w->router || !w->eidx || !w->ew || !w->order || !w->count ||
-        !w->first || !w->xg || !w->yg || !w->slots || !w->sh || !w->route_scratch) {
+        !w->first || !w->xg || !w->yg || !w->slots || !w->sh || !w->route_scratch || !w->items) {
         cpu_ws_free(w);
         return dsr1_errorf(err, DSR1_ENOMEM, "cpu backend: cannot allocate a workspace for %d tokens",
                            s->max_tokens);

@@ -106,6 +106,8 @@ typedef struct cpu_ws {
     float *slots;            /* [T*K][D] expert outputs per (token, k) */
     float *sh;               /* [T][D] shared expert output */
     float *route_scratch;    /* [3E] */
+    dsr1_mm_item *items;     /* [E + 1]: a decode step's expert matmuls (cpu_moe.c) */
+    uint64_t batch_runs;     /* MoE calls run that way (tests check the path ran) */
     cpu_lane *lane;          /* [n_lanes] per NUMA node, owned; NULL with one node */
     int n_lanes;
     uint64_t numa_runs;      /* MoE calls run node by node (tests check the path ran) */

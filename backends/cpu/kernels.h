@@ -98,6 +98,22 @@ void dsr1_touch(void *mem, size_t bytes);
 void dsr1_matmul(dsr1_pool *p, const dsr1_wmat *w, const float *x, int64_t ldx,
                  float *y, int64_t ldy, int n, dsr1_act act);
 
+/* Independent matmuls in one pool run: y = x W^T, or with `up`
+ * dsr1_ffn_gate_up's h = silu(x W^T) * (x Up^T). Each item's results are
+ * the bits it gets alone (the same kernels for its token count, rows in
+ * tasks of the same rows). Why: a decode step's MoE runs 9 experts of 2
+ * matmuls each; one run per matmul ended 18 times a layer on the slower
+ * thread's last task. The items' outputs must not overlap their inputs. */
+typedef struct dsr1_mm_item {
+    const dsr1_wmat *w, *up; /* up: NULL, or the gate/up pair's up matrix */
+    const float *x;
+    int64_t ldx;
+    float *y;
+    int64_t ldy;
+    int n;
+} dsr1_mm_item;
+void dsr1_matmul_batch(dsr1_pool *p, const dsr1_mm_item *items, int count, dsr1_act act);
+
 /* The expert FFN's first half in one call: h = silu(x Wg^T) * (x Wu^T),
  * silu(g) = g / (1 + expf(-g)) in float32, h[t][r] at h + t * ldh + r.
  * gate and up must have the same shape and type. Bit-identical to two

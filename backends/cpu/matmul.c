@@ -567,12 +567,21 @@ static int64_t task_rows(const dsr1_mm_job *j, int nth)
     return (per + unit - 1) / unit * unit;
 }
 
-/* y = x W^T, or with `up`: y = silu(x W^T) * (x Up^T). One pool run; the
- * activations are prepared once for both matrices. */
-static void matmul_run(dsr1_pool *p, const dsr1_wmat *w, const dsr1_wmat *up, const float *x,
-                       int64_t ldx, float *y, int64_t ldy, int n, dsr1_act act, dsr1_mm_kernel k)
+/* One matmul's job, as matmul_run and dsr1_matmul_batch set it up: what
+ * it needs of the scratch (total: x prepared, up's output, task memory),
+ * then its task table once that memory is placed. */
+typedef struct mm_call {
+    dsr1_mm_job j, uj;
+    mm_task mt;
+    const dsr1_wmat *up;
+    size_t bytes, tmp_bytes, total;
+    int ntasks, avx;
+} mm_call;
+
+static void call_setup(mm_call *c, dsr1_pool *p, const dsr1_wmat *w, const dsr1_wmat *up,
+                       const float *x, int64_t ldx, float *y, int64_t ldy, int n, dsr1_act act,
+                       dsr1_mm_kernel k)
 {
-    if (n <= 0 || w->rows <= 0) return;
     int rq;
     dsr1_mm_job j = {.w = w, .n = n, .act = effective_act(act, w, n, &rq), .x = x, .ldx = ldx,
                      .y = y, .ldy = ldy, .rq = rq};
@@ -592,36 +601,103 @@ static void matmul_run(dsr1_pool *p, const dsr1_wmat *w, const dsr1_wmat *up, co
     else if (j.rq) /* the requantised rows: scales, codes */
         j.task_bytes = DSR1_MM_RQ_ROWS * ((size_t)j.ldg * sizeof(float) + (size_t)w->cols);
     j.task_bytes = (j.task_bytes + 63) & ~(size_t)63;
-    int nth = dsr1_pool_size(p);
-    int64_t per = task_rows(&j, nth);
-    int ntasks = (int)((w->rows + per - 1) / per);
-    size_t bytes = (prep_bytes(&j) + 63) & ~(size_t)63, tmp_bytes = 0;
-    if (up) tmp_bytes = ((size_t)n * (size_t)w->rows * sizeof(float) + 63) & ~(size_t)63;
-    size_t total = bytes + tmp_bytes + (size_t)ntasks * j.task_bytes;
-    void *mem = NULL, *owned = NULL;
-    int avx = k == DSR1_MM_PORTABLE ? 0 : p ? dsr1_pool_avx512(p) : dsr1_mm_avx512_usable();
-    j.vbmi = avx && k != DSR1_MM_AVX512_NOVBMI && dsr1_mm_vbmi_usable();
-    j.amx = avx && p && k != DSR1_MM_AVX512_NOAMX && n >= DSR1_MM_AMX_MIN_N && dsr1_pool_amx(p);
+    int64_t per = task_rows(&j, dsr1_pool_size(p));
+    c->ntasks = (int)((w->rows + per - 1) / per);
+    c->bytes = (prep_bytes(&j) + 63) & ~(size_t)63;
+    c->tmp_bytes = up ? ((size_t)n * (size_t)w->rows * sizeof(float) + 63) & ~(size_t)63 : 0;
+    c->total = c->bytes + c->tmp_bytes + (size_t)c->ntasks * j.task_bytes;
+    c->avx = k == DSR1_MM_PORTABLE ? 0 : p ? dsr1_pool_avx512(p) : dsr1_mm_avx512_usable();
+    j.vbmi = c->avx && k != DSR1_MM_AVX512_NOVBMI && dsr1_mm_vbmi_usable();
+    j.amx = c->avx && p && k != DSR1_MM_AVX512_NOAMX && n >= DSR1_MM_AMX_MIN_N && dsr1_pool_amx(p);
     j.hwpf = dsr1_pool_hwpf(p);
-    if (total) {
-        mem = p ? dsr1_pool_scratch(p, total) : NULL;
-        if (!mem) mem = owned = aligned_alloc(64, total);
-        DSR1_ASSERT(mem != NULL); /* small and per call: see dsr1_pool_reserve */
-        if (prep(&j, mem, avx)) fill_all(p, &j, avx);
-    }
-    dsr1_mm_job uj = j;
-    if (up) {
-        uj.w = up;
-        uj.y = (float *)((char *)mem + bytes);
-        uj.ldy = w->rows;
+    c->j = j;
+    c->up = up;
+    c->mt = (mm_task){.rows_per_task = per, .rows = c->avx ? dsr1_mm_rows_avx512 : dsr1_mm_rows_portable,
+                      .avx = c->avx};
+}
+
+/* mem: c->total bytes (NULL when that is 0); x is prepared into it. */
+static void call_place(mm_call *c, dsr1_pool *p, char *mem)
+{
+    if (mem && prep(&c->j, mem, c->avx)) fill_all(p, &c->j, c->avx);
+    c->uj = c->j;
+    if (c->up) {
+        c->uj.w = c->up;
+        c->uj.y = (float *)(mem + c->bytes);
+        c->uj.ldy = c->j.w->rows;
     }
     /* mem is NULL when nothing needs scratch (total == 0): NULL + 0 is
      * undefined in C (clang's UBSan stops on it), so no arithmetic then. */
-    mm_task mt = {.job = &j, .up = up ? &uj : NULL, .rows_per_task = per,
-                  .task_mem = mem ? (char *)mem + bytes + tmp_bytes : NULL,
-                  .rows = avx ? dsr1_mm_rows_avx512 : dsr1_mm_rows_portable, .avx = avx};
-    dsr1_pool_run(p, run_task, &mt, ntasks);
+    c->mt.job = &c->j;
+    c->mt.up = c->up ? &c->uj : NULL;
+    c->mt.task_mem = mem ? mem + c->bytes + c->tmp_bytes : NULL;
+}
+
+/* y = x W^T, or with `up`: y = silu(x W^T) * (x Up^T). One pool run; the
+ * activations are prepared once for both matrices. */
+static void matmul_run(dsr1_pool *p, const dsr1_wmat *w, const dsr1_wmat *up, const float *x,
+                       int64_t ldx, float *y, int64_t ldy, int n, dsr1_act act, dsr1_mm_kernel k)
+{
+    if (n <= 0 || w->rows <= 0) return;
+    mm_call c;
+    call_setup(&c, p, w, up, x, ldx, y, ldy, n, act, k);
+    void *mem = NULL, *owned = NULL;
+    if (c.total) {
+        mem = p ? dsr1_pool_scratch(p, c.total) : NULL;
+        if (!mem) mem = owned = aligned_alloc(64, c.total);
+        DSR1_ASSERT(mem != NULL); /* small and per call: see dsr1_pool_reserve */
+    }
+    call_place(&c, p, mem);
+    dsr1_pool_run(p, run_task, &c.mt, c.ntasks);
     free(owned);
+}
+
+/* ---- several matmuls in one run ------------------------------------------------- */
+
+#define MM_BATCH_MAX 32
+
+typedef struct mm_batch {
+    mm_call *c;
+    int first[MM_BATCH_MAX + 1]; /* call i's tasks: [first[i], first[i + 1]) */
+} mm_batch;
+
+static void batch_task(void *ctx, int task, int ntasks)
+{
+    (void)ntasks;
+    const mm_batch *b = ctx;
+    int i = 0;
+    while (task >= b->first[i + 1]) i++;
+    run_task(&b->c[i].mt, task - b->first[i], b->c[i].ntasks);
+}
+
+void dsr1_matmul_batch(dsr1_pool *p, const dsr1_mm_item *it, int count, dsr1_act act)
+{
+    for (int i0 = 0; i0 < count; i0 += MM_BATCH_MAX) {
+        mm_call c[MM_BATCH_MAX];
+        mm_batch b = {.c = c};
+        int m = 0;
+        size_t total = 0;
+        for (int i = i0; i < count && i - i0 < MM_BATCH_MAX; i++) {
+            if (it[i].n <= 0 || it[i].w->rows <= 0) continue;
+            call_setup(&c[m], p, it[i].w, it[i].up, it[i].x, it[i].ldx, it[i].y, it[i].ldy, it[i].n,
+                       act, DSR1_MM_AUTO);
+            total += c[m].total;
+            b.first[m + 1] = b.first[m] + c[m].ntasks;
+            m++;
+        }
+        char *mem = NULL, *owned = NULL;
+        if (total) {
+            mem = p ? dsr1_pool_scratch(p, total) : NULL;
+            if (!mem) mem = owned = aligned_alloc(64, total);
+            DSR1_ASSERT(mem != NULL);
+        }
+        for (int i = 0; i < m; i++) {
+            call_place(&c[i], p, c[i].total ? mem : NULL);
+            if (c[i].total) mem += c[i].total;
+        }
+        dsr1_pool_run(p, batch_task, &b, b.first[m]);
+        free(owned);
+    }
 }
 
 void dsr1_matmul_with(dsr1_pool *p, const dsr1_wmat *w, const float *x, int64_t ldx,
