@@ -273,10 +273,12 @@ static void moe_once(dsr1_test_ctx *t, int numa, int threads, dsr1_type type, ds
  * MoE on setup a ({numa nodes, threads}) and on setup b gives the same
  * bits, and the path under test (counter `which`: 0 node-by-node runs, 1
  * side-by-side runs, 2 runs of all experts at once) ran once on b and
- * never on a. */
+ * never on a. The thread affinity a virtual split changes is restored. */
 static void moe_same_bits(dsr1_test_ctx *t, const int a[2], const int b[2], const int *ns, int nn,
                           int which)
 {
+    cpu_set_t saved;
+    REQUIRE(sched_getaffinity(0, sizeof saved, &saved) == 0);
     static const dsr1_type types[] = {DSR1_T_F32, DSR1_T_BF16};
     static float one[MT * MD], two[MT * MD];
     for (int ti = 0; ti < 2; ti++)
@@ -289,11 +291,13 @@ static void moe_same_bits(dsr1_test_ctx *t, const int a[2], const int b[2], cons
                 moe_once(t, b[0], b[1], types[ti], act, ns[k], two, run[1]);
                 CHECKF(run[0][which] == 0 && run[1][which] == 1,
                        "%s runs: %llu on %d node(s) x %d thread(s), %llu on %d x %d",
-                       which == 2 ? "all-at-once" : which ? "side-by-side" : "node-by-node", (unsigned long long)run[0][which], a[0],
-                       a[1], (unsigned long long)run[1][which], b[0], b[1]);
+                       which == 2 ? "all-at-once" : which ? "side-by-side" : "node-by-node",
+                       (unsigned long long)run[0][which], a[0], a[1], (unsigned long long)run[1][which],
+                       b[0], b[1]);
                 CHECKF(!memcmp(one, two, (size_t)ns[k] * MD * 4), "type %d act %d n=%d: bits differ",
                        (int)types[ti], (int)act, ns[k]);
             }
+    sched_setaffinity(0, sizeof saved, &saved);
 }
 
 DSR1_TEST(numa_moe_bit_identical)
@@ -302,11 +306,8 @@ DSR1_TEST(numa_moe_bit_identical)
         dsr1_test_skip(t, "one CPU: no virtual split");
         return;
     }
-    cpu_set_t saved;
-    REQUIRE(sched_getaffinity(0, sizeof saved, &saved) == 0);
     static const int ns[] = {1, 5, 16}, one_node[2] = {1, 2}, two_nodes[2] = {2, 2};
     moe_same_bits(t, one_node, two_nodes, ns, 3, 0);
-    sched_setaffinity(0, sizeof saved, &saved);
 }
 
 /* Experts side by side (cpu_moe.c: each thread whole experts, from 16
@@ -336,11 +337,8 @@ DSR1_TEST(moe_all_at_once_bit_identical)
         dsr1_test_skip(t, "one CPU: no virtual split");
         return;
     }
-    cpu_set_t saved;
-    REQUIRE(sched_getaffinity(0, sizeof saved, &saved) == 0);
     static const int ns[] = {1, 5, 8}, two_nodes[2] = {2, 2}, one_node[2] = {1, 2};
     moe_same_bits(t, two_nodes, one_node, ns, 3, 2);
-    sched_setaffinity(0, sizeof saved, &saved);
 }
 
 /* The tiny R1-layout model: logits of 9 tokens (one prefill, and one token
