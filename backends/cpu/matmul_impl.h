@@ -200,7 +200,8 @@ void dsr1_matmul_with(dsr1_pool *p, const dsr1_wmat *w, const float *x, int64_t 
                       float *y, int64_t ldy, int n, dsr1_act act, dsr1_mm_kernel k);
 
 /* xb[t][c] = dsr1_mm_to_bf16(x[t][c]) for c < cols, zero up to ldxb (a
- * multiple of 32): prep of the BF16 mode's activations, same bits. */
+ * multiple of 32): prep of the BF16 mode's activations, same bits. This
+ * and the two W8A8 preparations below: prep_avx512.c. */
 void dsr1_mm_bf16_rows_avx512(const float *x, int64_t ldx, int n, int64_t cols, uint16_t *xb,
                               int64_t ldxb);
 
@@ -247,7 +248,8 @@ const char *dsr1_mm_kernels_name(void);
 uint64_t dsr1_membw_read_avx512(const void *buf, size_t bytes, int prefetch);
 
 /* `iters` rounds of 24 independent dot-product instructions of the mode
- * on registers (dsr1_matmul_peak_gflops); returns the multiply-adds done. */
+ * on registers (dsr1_matmul_peak_gflops; prep_avx512.c); returns the
+ * multiply-adds done. */
 uint64_t dsr1_mm_peak_avx512(dsr1_act act, int64_t iters);
 
 /* Dequantise w[r][c0 .. c0+len) to float32 (the F32-mode weights). */
