@@ -650,17 +650,21 @@ DSR1_TEST(kernels_int8_w8a8_lanes_matches_portable)
 
 /* W8A8 with one scale per row, 5-8 tokens (gemv_int8_multi: row pairs over
  * 2048-column chunks in 16-row panels) against the portable kernel, bit for
- * bit: a second chunk ending in a masked step (2248), whole steps only
- * (192, 4160: two full chunks and one 64-byte step), a row shorter than
- * one vector (40), odd rows (a lone row ends the panel: 37, 21, 3), ragged
- * panels; 1 thread and 2, every 13th token alone gives its bits. */
+ * bit: a second chunk ending in a masked step (2248), whole steps (4160:
+ * two full chunks and one 64-byte step), a row shorter than one vector
+ * (40), odd rows (a lone row ends the panel: 37, 21), ragged panels. Rows
+ * of at most 256 columns in whole 64-byte steps go to the lanes kernel
+ * instead (MLA's per-head absorb, 128 columns): 128, 192, 256 and 64
+ * columns, with ragged 32-row panels and a half-empty 16-row half (37,
+ * 45, 21, 3). 1 thread and 2, every 13th token alone gives its bits. */
 DSR1_TEST(kernels_int8_w8a8_batch_matches_portable)
 {
     if (!dsr1_mm_avx512_usable())
         DSR1_SKIP("no AVX-512 BF16/VNNI kernels on this CPU: %s", "dsr1_matmul would be the portable kernel compared with itself");
     static const int ns[] = {5, 6, 7, 8};
-    static const int64_t shapes[][2] = {{37, 2248}, {45, 192}, {21, 4160}, {16, 40}, {3, 64}};
-    int8_shapes_match(t, shapes, 5, ns, 4, 97, "W8A8 batch GEMV", 0);
+    static const int64_t shapes[][2] = {{37, 2248}, {45, 192}, {21, 4160}, {16, 40},
+                                        {3, 64},    {37, 128}, {21, 256}};
+    int8_shapes_match(t, shapes, 7, ns, 4, 97, "W8A8 batch GEMV", 0);
 }
 
 /* W8A8 with one scale per row, 1-4 tokens: the row-by-row GEMV (n <= 2,

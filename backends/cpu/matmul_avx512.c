@@ -1815,6 +1815,20 @@ static void rows_int8(const dsr1_mm_job *j, int64_t r0, int64_t r1)
         dsr1_mm_rows_int8_lanes_avx512(j, r0, r1); /* matmul_lanes_avx512.c */
         return;
     }
+    /* 5-8 tokens on rows of at most 256 columns (MLA's per-head absorb,
+     * 512x128 a head, at a decode batch of 8): gemv_int8_multi's pair
+     * reductions come once per 2 rows x 2 steps there, so the lanes kernel
+     * (no reductions; its panel transpose is small next to them) takes
+     * them. Harness (Zen 5), 512x128 from L2, one thread, n = 5-8: 9-13 ->
+     * 16-21 GB/s; 512x256 at n = 8: 15 -> 18; at 512 columns and more
+     * (128x512, the unabsorb) it was slower (18-20 -> 16-17), at n = 3-4
+     * even. In the model (R1-shape INT8 file, batch 8, decode steps
+     * alternating the two, five runs): absorb 0.58-1.08 against 0.73-1.52
+     * ms a layer, 29% less in all; the whole step within the noise. */
+    if (j->w->group == 0 && j->n > 4 && j->n <= 8 && j->w->cols <= 256 && j->w->cols % 64 == 0) {
+        dsr1_mm_rows_int8_lanes_avx512(j, r0, r1); /* matmul_lanes_avx512.c */
+        return;
+    }
     if (j->w->group == 0 && j->n > 4 && j->n <= 8) {
         gemv_int8_multi(j, r0, r1);
         return;
