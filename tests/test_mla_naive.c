@@ -192,6 +192,30 @@ DSR1_TEST(mla_naive_cpu_not_deterministic)
     free(got), free(want);
 }
 
+/* Which softmax rows the absorbed attention takes: the AVX-512 row in the
+ * fast mode on an AVX-512 CPU (at a 2048-token context the scalar row was
+ * the largest part of a decoded token's attention), the scalar row (libm's
+ * expf, the same bits on every machine) in the deterministic mode and on
+ * the float32 path. */
+DSR1_TEST(mla_absorbed_softmax_choice)
+{
+    for (int det = 0; det < 2; det++) {
+        fixture f;
+        if (open_fx(t, &f, DSR1_T_INT8, det)) {
+            close_fx(&f);
+            return;
+        }
+        const cpu_ws *w = f.b.ws;
+        dsr1_cpu_softmax_fn fast = !det && dsr1_mm_avx512_usable() ? dsr1_cpu_softmax_row_avx512
+                                                                 : dsr1_cpu_softmax_row;
+        CHECKF(dsr1_cpu_attention_softmax(w, DSR1_ACT_INT8) == fast, "deterministic=%d: int8 act", det);
+        CHECKF(dsr1_cpu_attention_softmax(w, DSR1_ACT_BF16) == fast, "deterministic=%d: bf16 act", det);
+        CHECKF(dsr1_cpu_attention_softmax(w, DSR1_ACT_F32) == dsr1_cpu_softmax_row,
+               "deterministic=%d: float32 path", det);
+        close_fx(&f);
+    }
+}
+
 /* The fast softmax row (AVX-512 exponentials) against the scalar one:
  * every length from 1 to 70 (tails of every width), a masked-off tail of
  * exact zeros, values within 2e-6 of the row's largest probability. */

@@ -34,6 +34,15 @@
  * worst logit cosine against f32 fell from 0.9999 to 0.74 (KL 2.6 nats).
  * The per-head projections (absorb, unabsorb) use the caller's mode.
  *
+ * Softmax: the deterministic mode and the float32 path keep the scalar
+ * row (libm's expf: the same bits on every machine); the fast mode, on
+ * AVX-512 machines, the vector row of softmax_avx512.c (about 1 ulp from
+ * libm's expf; a row's bits still depend only on its scores and valid
+ * length, so batch invariance holds). At long contexts the scalar row was
+ * the largest part of a decoded token's attention: R1-shape INT8 file, Zen
+ * 5, context 2048, per layer: softmax 1.58 ms of 4.3 (scores 1.03,
+ * transpose 0.73, values 0.96).
+ *
  * (Tried: each product as two bf16 products over x = bf16(x) + bf16(x -
  * bf16(x)), 1e-5 relative to float32; the bf16 kernels are 2.5-4x faster
  * than float32 on these shapes alone, but a 512-token prefill of the
@@ -56,6 +65,7 @@
 
 #include "core/numeric.h"
 #include "cpu_backend.h"
+#include "matmul_impl.h" /* dsr1_pool_avx512 */
 
 /* ---- per-head projections (absorb / unabsorb) ------------------------------- */
 
@@ -146,6 +156,7 @@ typedef struct tile_job {
     const dsr1_wmat *k;      /* gathered rows */
     int t0, cnt, P;          /* tile tokens [t0, t0 + cnt), columns 0..P-1 */
     int nt;
+    dsr1_cpu_softmax_fn softmax;
 } tile_job;
 
 /* vt[d][p] = K[p][d] for d < kv_lora_rank, p < P (task k: a range of d). */
@@ -194,20 +205,22 @@ static void softmax_task(void *ctx, int k, int nt)
     const int32_t *pos = j->w->step.pos;
     int i0 = (int)((long long)rows * k / nt), i1 = (int)((long long)rows * (k + 1) / nt);
     for (int i = i0; i < i1; i++)
-        dsr1_cpu_softmax_row(j->w->scores + (size_t)i * (size_t)j->P,
+        j->softmax(j->w->scores + (size_t)i * (size_t)j->P,
                              pos[j->t0 + i / a->n_heads] + 1, j->P, a->scale);
 }
 
 /* ---- one tile --------------------------------------------------------------------- */
 
-static void attend_tile(cpu_ws *w, const dsr1_mla_args *a, const dsr1_wmat *k, int t0, int cnt)
+static void attend_tile(cpu_ws *w, const dsr1_mla_args *a, const dsr1_wmat *k, int t0, int cnt,
+                        dsr1_cpu_softmax_fn softmax)
 {
     dsr1_pool *pool = dsr1_cpu_pool(w);
     int H = a->n_heads, r = a->kv_lora_rank, P = 0;
     int64_t row = k->cols;
     const int32_t *pos = w->step.pos;
     for (int t = t0; t < t0 + cnt; t++) P = pos[t] + 1 > P ? pos[t] + 1 : P;
-    tile_job j = {.w = w, .a = a, .k = k, .t0 = t0, .cnt = cnt, .P = P};
+    tile_job j = {.w = w, .a = a, .k = k, .t0 = t0, .cnt = cnt, .P = P,
+                  .softmax = softmax};
     dsr1_wmat kp = *k;
     kp.rows = P;
     int rows = cnt * H, nth = dsr1_pool_size(pool);
@@ -227,7 +240,7 @@ static void attend_tile(cpu_ws *w, const dsr1_mla_args *a, const dsr1_wmat *k, i
 
 /* Tokens [t0, t1) of one sequence (consecutive in the batch): gather its
  * rows once, then tiles of tokens whose score rows fit the workspace. */
-static void attend_run(cpu_ws *w, const dsr1_mla_args *a, int t0, int t1)
+static void attend_run(cpu_ws *w, const dsr1_mla_args *a, int t0, int t1, dsr1_cpu_softmax_fn softmax)
 {
     int P = 0, H = a->n_heads;
     const int32_t *pos = w->step.pos;
@@ -241,9 +254,16 @@ static void attend_run(cpu_ws *w, const dsr1_mla_args *a, int t0, int t1)
             if (rows * (size_t)pm > w->score_cap || rows > w->tile_rows) break;
             pmax = pm;
         }
-        attend_tile(w, a, &k, s, e - s);
+        attend_tile(w, a, &k, s, e - s, softmax);
         s = e;
     }
+}
+
+dsr1_cpu_softmax_fn dsr1_cpu_attention_softmax(const cpu_ws *w, dsr1_act act)
+{
+    return !w->dev->deterministic && act != DSR1_ACT_F32 && dsr1_pool_avx512(dsr1_cpu_pool(w))
+               ? dsr1_cpu_softmax_row_avx512
+               : dsr1_cpu_softmax_row;
 }
 
 void dsr1_cpu_mla_attention(void *wsp, const dsr1_mla_args *a, dsr1_act act)
@@ -286,11 +306,12 @@ void dsr1_cpu_mla_attention(void *wsp, const dsr1_mla_args *a, dsr1_act act)
                    .out = dsr1_cpu_ptr(a->out), .ldo = a->out.ld, .act = act,
                    .nt = nth < w->n_hpools ? nth : w->n_hpools, .seg = seg, .nseg = nseg};
     dsr1_pool_run(pool, absorb_task, &hj, hj.nt);
+    dsr1_cpu_softmax_fn softmax = dsr1_cpu_attention_softmax(w, act);
     for (int i = 0; i < nseg; i++)
         for (int t0 = seg[2 * i]; t0 < seg[2 * i + 1];) {
             int t1 = t0 + 1;
             while (t1 < seg[2 * i + 1] && seq[t1] == seq[t0]) t1++;
-            attend_run(w, a, t0, t1);
+            attend_run(w, a, t0, t1, softmax);
             t0 = t1;
         }
     dsr1_pool_run(pool, unabsorb_task, &hj, hj.nt);

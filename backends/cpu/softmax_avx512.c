@@ -1,14 +1,15 @@
 /*
- * softmax_avx512.c - the naive MLA form's softmax rows with AVX-512
- * (cpu_mla_naive.c, the fast mode only): 16 exponentials per instruction
- * sequence instead of one libm expf call each. A 512-token R1 prefill
- * computes 16.8 M of them per layer; libm's expf and the scalar row were
- * 4-5% of the prefill's samples (perf, INT8, Zen 4).
+ * softmax_avx512.c - the fast mode's softmax rows with AVX-512 (the
+ * naive MLA form, cpu_mla_naive.c, and the absorbed one, cpu_attention.c):
+ * 16 exponentials per instruction sequence instead of one libm expf call
+ * each. A 512-token R1 prefill computes 16.8 M of them per layer; libm's
+ * expf and the scalar row were 4-5% of the prefill's samples (perf, INT8,
+ * Zen 4).
  *
  * exp(x) = 2^n e^r with n = round(x / ln 2) and r = x - n ln 2 in two
  * parts (Cody and Waite), e^r = 1 + r + r^2 P(r) with Cephes expf's
  * degree-5 P: about 1 ulp from the true value, against libm's 0.5, which
- * the fast mode allows. The deterministic mode's absorbed attention keeps
+ * the fast mode allows. The deterministic mode and the float32 path keep
  * dsr1_cpu_softmax_row (scalar, the same bits on every machine).
  */
 #include <immintrin.h>
