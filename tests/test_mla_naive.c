@@ -238,9 +238,10 @@ DSR1_TEST(mla_naive_softmax_avx512)
     }
 }
 
-/* The keys' transpose (dsr1_transpose_f32_avx512): every element in its
- * place for shapes with and without 16-wide tails, strided source and
- * destination, nothing written outside the destination's rows. */
+/* The transposes (dsr1_transpose_f32_avx512: the naive form's keys;
+ * dsr1_transpose_u16_avx512: the absorbed form's bf16 latents): every
+ * element in its place for shapes with and without 16-wide tails, strided
+ * source and destination, nothing written outside the destination's rows. */
 DSR1_TEST(mla_naive_transpose_avx512)
 {
     if (!dsr1_mm_avx512_usable()) DSR1_SKIP("no AVX-512 kernels on this CPU");
@@ -261,6 +262,21 @@ DSR1_TEST(mla_naive_transpose_avx512)
         CHECKF(!bad && !spill, "%dx%d: %d misplaced, %d written past a row", rows, cols, bad, spill);
         free(src);
         free(dst);
+        /* 16-bit elements (the absorbed attention's bf16 latents), each
+         * value distinct in all 16 bits */
+        uint16_t *s16 = malloc((size_t)rows * (size_t)lds * sizeof *s16);
+        uint16_t *d16 = malloc((size_t)cols * (size_t)ldd * sizeof *d16);
+        for (int64_t i = 0; i < rows * lds; i++) s16[i] = (uint16_t)(i * 40503u + 0x8001u);
+        for (int64_t i = 0; i < cols * ldd; i++) d16[i] = 0x7fff;
+        dsr1_transpose_u16_avx512(s16, lds, rows, cols, d16, ldd);
+        bad = spill = 0;
+        for (int c = 0; c < cols; c++) {
+            for (int r = 0; r < rows; r++) bad += d16[c * ldd + r] != s16[r * lds + c];
+            for (int64_t r = rows; r < ldd; r++) spill += d16[c * ldd + r] != 0x7fff;
+        }
+        CHECKF(!bad && !spill, "16-bit %dx%d: %d misplaced, %d written past a row", rows, cols, bad, spill);
+        free(s16);
+        free(d16);
     }
 }
 

@@ -159,21 +159,35 @@ typedef struct tile_job {
     dsr1_cpu_softmax_fn softmax;
 } tile_job;
 
-/* vt[d][p] = K[p][d] for d < kv_lora_rank, p < P (task k: a range of d). */
+/* vt[d][p] = K[p][d] for d < kv_lora_rank, p < P (task k: a range of d).
+ * A copy, so the AVX-512 16x16 blocks give the same vt. R1-shape INT8 file,
+ * Zen 5, per layer of a decoded token: context 2048 0.56 -> 0.32 ms,
+ * context 1500 0.29 -> 0.21 (vt's rows 4 KiB apart near 2048 positions put
+ * a block's 16 stores in one L1 set; a padded row stride would avoid that,
+ * but the values product reads vt as a plain matrix). */
 static void transpose_task(void *ctx, int k, int nt)
 {
     const tile_job *j = ctx;
     int r = j->a->kv_lora_rank, P = j->P;
     int64_t row = j->k->cols;
     int d0 = (int)((long long)r * k / nt), d1 = (int)((long long)r * (k + 1) / nt);
+    int avx = dsr1_pool_avx512(dsr1_cpu_pool(j->w));
     if (j->k->type == DSR1_T_BF16) {
         const uint16_t *src = j->k->data;
         uint16_t *dst = j->w->vt;
+        if (avx) {
+            dsr1_transpose_u16_avx512(src + d0, row, P, d1 - d0, dst + (size_t)d0 * P, P);
+            return;
+        }
         for (int p = 0; p < P; p++)
             for (int d = d0; d < d1; d++) dst[(size_t)d * P + p] = src[p * row + d];
     } else {
         const float *src = j->k->data;
         float *dst = j->w->vt;
+        if (avx) {
+            dsr1_transpose_f32_avx512(src + d0, row, P, d1 - d0, dst + (size_t)d0 * P, P);
+            return;
+        }
         for (int p = 0; p < P; p++)
             for (int d = d0; d < d1; d++) dst[(size_t)d * P + p] = src[p * row + d];
     }

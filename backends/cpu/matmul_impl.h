@@ -174,6 +174,9 @@ void dsr1_mm_rows_int8_lanes_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1
  * blocks through registers, whole lines loaded and stored. */
 void dsr1_transpose_f32_avx512(const float *src, int64_t lds, int rows, int cols, float *dst,
                                int64_t ldd);
+/* The same for 16-bit elements (bf16 bits). */
+void dsr1_transpose_u16_avx512(const uint16_t *src, int64_t lds, int rows, int cols, uint16_t *dst,
+                               int64_t ldd);
 /* naive_avx512.c, the naive MLA form's products for n tokens (any n, pb,
  * qk, vd; rows at the strides given): s[t][p] = sum_d q[t][d] kt[d][p]
  * for p < pb, and out[t][d] = sum_p s[t][p] v[p][d] for d < vd. */

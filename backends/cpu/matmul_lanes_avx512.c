@@ -948,7 +948,7 @@ void dsr1_mm_fp8_requant_row_avx512(const dsr1_wmat *w, int64_t r, int8_t *q, fl
     }
 }
 
-/* ---- float32 transpose (the naive MLA form's values, cpu_mla_naive.c) ---------- */
+/* ---- transposes (the MLA forms' keys and latents) ------------------------------ */
 
 void dsr1_transpose_f32_avx512(const float *src, int64_t lds, int rows, int cols, float *dst,
                                int64_t ldd)
@@ -963,6 +963,31 @@ void dsr1_transpose_f32_avx512(const float *src, int64_t lds, int rows, int cols
             tr16(v);
 #pragma GCC unroll 16
             for (int i = 0; i < 16; i++) _mm512_storeu_ps(dst + (c0 + i) * ldd + r0, _mm512_castsi512_ps(v[i]));
+        }
+        for (; c0 < cols; c0++)
+            for (int i = 0; i < 16; i++) dst[c0 * ldd + r0 + i] = src[(r0 + i) * lds + c0];
+    }
+    for (; r0 < rows; r0++)
+        for (int c = 0; c < cols; c++) dst[c * ldd + r0] = src[r0 * lds + c];
+}
+
+/* The same for 16-bit elements (the absorbed attention's bf16 latents,
+ * cpu_attention.c): 16x16 blocks widened to 32 bits, tr16, narrowed. */
+void dsr1_transpose_u16_avx512(const uint16_t *src, int64_t lds, int rows, int cols, uint16_t *dst,
+                               int64_t ldd)
+{
+    int r0 = 0;
+    for (; r0 + 16 <= rows; r0 += 16) {
+        int c0 = 0;
+        for (; c0 + 16 <= cols; c0 += 16) {
+            __m512i v[16];
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++)
+                v[i] = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + (r0 + i) * lds + c0)));
+            tr16(v);
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++)
+                _mm256_storeu_si256((__m256i *)(dst + (c0 + i) * ldd + r0), _mm512_cvtepi32_epi16(v[i]));
         }
         for (; c0 < cols; c0++)
             for (int i = 0; i < 16; i++) dst[c0 * ldd + r0 + i] = src[(r0 + i) * lds + c0];
