@@ -950,48 +950,46 @@ void dsr1_mm_fp8_requant_row_avx512(const dsr1_wmat *w, int64_t r, int8_t *q, fl
 
 /* ---- transposes (the MLA forms' keys and latents) ------------------------------ */
 
+/* dst[c][r] = src[r][c] for es-byte elements (4: float32; 2: bf16 bits,
+ * widened to 32 bits for tr16 and narrowed back): 16x16 blocks through
+ * registers, the tails element by element. */
+INLINE void transpose_es(const int es, const char *src, int64_t lds, int rows, int cols, char *dst,
+                         int64_t ldd)
+{
+    int r0 = 0;
+    for (; r0 + 16 <= rows; r0 += 16) {
+        int c0 = 0;
+        for (; c0 + 16 <= cols; c0 += 16) {
+            __m512i v[16];
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++) {
+                const char *a = src + ((r0 + i) * lds + c0) * es;
+                v[i] = es == 4 ? _mm512_loadu_si512(a) : _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)a));
+            }
+            tr16(v);
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++) {
+                char *o = dst + ((c0 + i) * ldd + r0) * es;
+                if (es == 4) _mm512_storeu_si512(o, v[i]);
+                else _mm256_storeu_si256((__m256i *)o, _mm512_cvtepi32_epi16(v[i]));
+            }
+        }
+        for (; c0 < cols; c0++)
+            for (int i = 0; i < 16; i++) memcpy(dst + (c0 * ldd + r0 + i) * es, src + ((r0 + i) * lds + c0) * es, es);
+    }
+    for (; r0 < rows; r0++)
+        for (int c = 0; c < cols; c++) memcpy(dst + (c * ldd + r0) * es, src + (r0 * lds + c) * es, es);
+}
+
 void dsr1_transpose_f32_avx512(const float *src, int64_t lds, int rows, int cols, float *dst,
                                int64_t ldd)
 {
-    int r0 = 0;
-    for (; r0 + 16 <= rows; r0 += 16) {
-        int c0 = 0;
-        for (; c0 + 16 <= cols; c0 += 16) {
-            __m512i v[16];
-#pragma GCC unroll 16
-            for (int i = 0; i < 16; i++) v[i] = _mm512_castps_si512(_mm512_loadu_ps(src + (r0 + i) * lds + c0));
-            tr16(v);
-#pragma GCC unroll 16
-            for (int i = 0; i < 16; i++) _mm512_storeu_ps(dst + (c0 + i) * ldd + r0, _mm512_castsi512_ps(v[i]));
-        }
-        for (; c0 < cols; c0++)
-            for (int i = 0; i < 16; i++) dst[c0 * ldd + r0 + i] = src[(r0 + i) * lds + c0];
-    }
-    for (; r0 < rows; r0++)
-        for (int c = 0; c < cols; c++) dst[c * ldd + r0] = src[r0 * lds + c];
+    transpose_es(4, (const char *)src, lds, rows, cols, (char *)dst, ldd);
 }
 
-/* The same for 16-bit elements (the absorbed attention's bf16 latents,
- * cpu_attention.c): 16x16 blocks widened to 32 bits, tr16, narrowed. */
+/* The absorbed attention's bf16 latents (cpu_attention.c). */
 void dsr1_transpose_u16_avx512(const uint16_t *src, int64_t lds, int rows, int cols, uint16_t *dst,
                                int64_t ldd)
 {
-    int r0 = 0;
-    for (; r0 + 16 <= rows; r0 += 16) {
-        int c0 = 0;
-        for (; c0 + 16 <= cols; c0 += 16) {
-            __m512i v[16];
-#pragma GCC unroll 16
-            for (int i = 0; i < 16; i++)
-                v[i] = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + (r0 + i) * lds + c0)));
-            tr16(v);
-#pragma GCC unroll 16
-            for (int i = 0; i < 16; i++)
-                _mm256_storeu_si256((__m256i *)(dst + (c0 + i) * ldd + r0), _mm512_cvtepi32_epi16(v[i]));
-        }
-        for (; c0 < cols; c0++)
-            for (int i = 0; i < 16; i++) dst[c0 * ldd + r0 + i] = src[(r0 + i) * lds + c0];
-    }
-    for (; r0 < rows; r0++)
-        for (int c = 0; c < cols; c++) dst[c * ldd + r0] = src[r0 * lds + c];
+    transpose_es(2, (const char *)src, lds, rows, cols, (char *)dst, ldd);
 }
