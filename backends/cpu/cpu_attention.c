@@ -219,8 +219,8 @@ static void softmax_task(void *ctx, int k, int nt)
     const int32_t *pos = j->w->step.pos;
     int i0 = (int)((long long)rows * k / nt), i1 = (int)((long long)rows * (k + 1) / nt);
     for (int i = i0; i < i1; i++)
-        j->softmax(j->w->scores + (size_t)i * (size_t)j->P,
-                             pos[j->t0 + i / a->n_heads] + 1, j->P, a->scale);
+        j->softmax(j->w->scores + (size_t)i * (size_t)j->P, pos[j->t0 + i / a->n_heads] + 1, j->P,
+                   a->scale);
 }
 
 /* ---- one tile --------------------------------------------------------------------- */

@@ -135,7 +135,8 @@ dsr1_wmat dsr1_cpu_gather_k(cpu_ws *w, int seq, int layer, int P);
  * double); s[valid..width) become exactly 0. */
 void dsr1_cpu_softmax_row(float *s, int valid, int width, float scale);
 /* The same with AVX-512 exponentials (softmax_avx512.c): about 1 ulp off
- * libm's expf, so the fast mode's naive form only; AVX-512 CPUs only. */
+ * libm's expf, so the fast mode only (the naive and the absorbed form);
+ * AVX-512 CPUs only. */
 void dsr1_cpu_softmax_row_avx512(float *s, int valid, int width, float scale);
 typedef void (*dsr1_cpu_softmax_fn)(float *s, int valid, int width, float scale);
 /* The absorbed attention's softmax rows for mode act (cpu_attention.c):
