@@ -2,8 +2,9 @@
 #
 # Sources are found by wildcard, so adding a file to core/, convert/,
 # backends/cpu/, cli/ or tests/ needs no edit here. Files named *_avx512.c
-# are compiled with AVX-512 flags and must only be entered after a runtime
-# CPU check (the binary runs on any x86-64).
+# are compiled with AVX-512 flags, *_avx2.c with AVX2, FMA and F16C; both
+# must only be entered after a runtime CPU check (the binary runs on any
+# x86-64).
 
 CC      ?= cc
 BUILD   ?= build
@@ -18,6 +19,7 @@ WARN    += $(shell $(CC) -Werror -Wno-format-truncation -x c -c /dev/null -o /de
 CFLAGS  += -std=c11 -D_GNU_SOURCE $(OPT) -g $(WARN) -pthread -fno-strict-aliasing $(SAN) \
            -DDSR1_VERSION='"$(VERSION)"' -I. -I$(BUILD)
 AVX512  := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mavx512vnni -mfma -mf16c -mavx2
+AVX2    := -mavx2 -mfma -mf16c
 PKGS    := libcjson libzstd libcurl libcrypto libedit numa
 # oneDNN (libdnnl-dev): the fast mode's prefill GEMM (backends/cpu/matmul_dnnl.c).
 # Debian builds it with OpenMP; -lgomp because matmul_dnnl.c sets the
@@ -81,7 +83,7 @@ $(BUILD)/libdsr1.a: $(LIB_OBJ)
 
 $(BUILD)/%.o: %.c | $(BUILD)/embedded.h $(BUILD)/.deps-ok
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(if $(findstring _avx512,$<),$(AVX512) $(AVX512_EXTRA)) -MMD -MP -c $< -o $@
+	$(CC) $(CFLAGS) $(if $(findstring _avx512,$<),$(AVX512) $(AVX512_EXTRA)) $(if $(findstring _avx2.c,$<),$(AVX2)) -MMD -MP -c $< -o $@
 
 # Prompts and templates are embedded by a small C embedder built first.
 $(BUILD)/embed: tools/embed.c | $(BUILD)/.deps-ok

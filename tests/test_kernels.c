@@ -339,7 +339,7 @@ DSR1_TEST(kernels_fp8_vbmi_matches_fallback)
  * every kernel must still give the portable bits. */
 DSR1_TEST(kernels_fp8_odd_groups_match_portable)
 {
-    if (!dsr1_mm_avx512_usable())
+    if (!dsr1_mm_avx512_usable() && !dsr1_mm_avx2_usable())
         DSR1_SKIP("no AVX-512 BF16/VNNI kernels on this CPU: %s", "neither FP8 vector path runs");
     static const int groups[] = {64, 96};
     static const int ns[] = {1, 2, 5};
@@ -449,7 +449,7 @@ DSR1_TEST(kernels_bf16_rows_special_values)
  * to the portable kernel, and each token the same alone (GEMV path). */
 DSR1_TEST(kernels_bf16_panels_special_values)
 {
-    if (!dsr1_mm_avx512_usable())
+    if (!dsr1_mm_avx512_usable() && !dsr1_mm_avx2_usable())
         DSR1_SKIP("no AVX-512 BF16/VNNI kernels on this CPU: %s", "dsr1_matmul would be the portable kernel compared with itself");
     int64_t rows = 200, cols = 2100;
     int n = 13;
@@ -487,7 +487,7 @@ DSR1_TEST(kernels_bf16_panels_special_values)
  * one: bit-identical to the portable kernel and to each token alone. */
 DSR1_TEST(kernels_fp8_bf16_blocks)
 {
-    if (!dsr1_mm_avx512_usable())
+    if (!dsr1_mm_avx512_usable() && !dsr1_mm_avx2_usable())
         DSR1_SKIP("no AVX-512 BF16/VNNI kernels on this CPU: %s", "dsr1_matmul would be the portable kernel compared with itself");
     int64_t rows = 272, cols = 2100;
     int n = 9;
@@ -518,7 +518,7 @@ DSR1_TEST(kernels_fp8_bf16_blocks)
  * cols: the same bits as the portable kernel, per-row and grouped scales. */
 DSR1_TEST(kernels_int8_act_special_values)
 {
-    if (!dsr1_mm_avx512_usable())
+    if (!dsr1_mm_avx512_usable() && !dsr1_mm_avx2_usable())
         DSR1_SKIP("no AVX-512 BF16/VNNI kernels on this CPU: %s", "dsr1_matmul would be the portable kernel compared with itself");
     static const float ties[] = {127.0f, 2.5f, -3.5f, 0.5f, -0.5f, 1.5f, -126.5f, 1e-40f, -0.0f};
     for (int variant = 0; variant < 2; variant++) {
@@ -588,7 +588,7 @@ static void int_matches_portable(dsr1_test_ctx *t, const tmat *m, const float *x
  * token alone (1 thread) gives its bits in the batch. */
 DSR1_TEST(kernels_int4_w4a8_matches_portable)
 {
-    if (!dsr1_mm_avx512_usable())
+    if (!dsr1_mm_avx512_usable() && !dsr1_mm_avx2_usable())
         DSR1_SKIP("no AVX-512 BF16/VNNI kernels on this CPU: %s", "dsr1_matmul would be the portable kernel compared with itself");
     static const int ns[] = {1, 2, 3, 4, 5, 7, 8, 9, 64, 300};
     static const int64_t shapes[][3] = {/* variant, rows, cols */
@@ -641,7 +641,7 @@ static void int8_shapes_match(dsr1_test_ctx *t, const int64_t (*shapes)[2], int 
  * task) and 2; every 13th token alone gives its bits in the batch. */
 DSR1_TEST(kernels_int8_w8a8_lanes_matches_portable)
 {
-    if (!dsr1_mm_avx512_usable())
+    if (!dsr1_mm_avx512_usable() && !dsr1_mm_avx2_usable())
         DSR1_SKIP("no AVX-512 BF16/VNNI kernels on this CPU: %s", "dsr1_matmul would be the portable kernel compared with itself");
     static const int ns[] = {5, 7, 23, 24, 64, 300};
     static const int64_t shapes[][2] = {{37, 192}, {45, 1600}, {21, 4160}, {40, 200}};
@@ -659,7 +659,7 @@ DSR1_TEST(kernels_int8_w8a8_lanes_matches_portable)
  * 45, 21, 3). 1 thread and 2, every 13th token alone gives its bits. */
 DSR1_TEST(kernels_int8_w8a8_batch_matches_portable)
 {
-    if (!dsr1_mm_avx512_usable())
+    if (!dsr1_mm_avx512_usable() && !dsr1_mm_avx2_usable())
         DSR1_SKIP("no AVX-512 BF16/VNNI kernels on this CPU: %s", "dsr1_matmul would be the portable kernel compared with itself");
     static const int ns[] = {5, 6, 7, 8};
     static const int64_t shapes[][2] = {{37, 2248}, {45, 192}, {21, 4160}, {16, 40},
@@ -685,7 +685,7 @@ DSR1_TEST(kernels_int8_w8a8_batch_matches_portable)
  * decode-time choice of pftune.h), which must never change a bit. */
 DSR1_TEST(kernels_int8_w8a8_gemv_matches_portable)
 {
-    if (!dsr1_mm_avx512_usable())
+    if (!dsr1_mm_avx512_usable() && !dsr1_mm_avx2_usable())
         DSR1_SKIP("no AVX-512 BF16/VNNI kernels on this CPU: %s", "dsr1_matmul would be the portable kernel compared with itself");
     static const int ns[] = {1, 2, 3, 4};
     static const int64_t shapes[][2] = {{37, 2048}, {45, 192}, {21, 4160}, {40, 200},

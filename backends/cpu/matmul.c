@@ -43,6 +43,16 @@ int dsr1_mm_avx512_usable(void)
 #endif
 }
 
+int dsr1_mm_avx2_usable(void)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+#else
+    return 0;
+#endif
+}
+
 int dsr1_mm_vbmi_usable(void)
 {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -87,7 +97,7 @@ int dsr1_mm_amx_usable(void)
 
 const char *dsr1_mm_kernels_name(void)
 {
-    if (!dsr1_mm_avx512_usable()) return "portable";
+    if (!dsr1_mm_avx512_usable()) return dsr1_mm_avx2_usable() ? "avx2-fma" : "portable";
     if (dsr1_mm_amx_usable()) /* W8A8 on tiles (matmul_amx_avx512.c) */
         return dsr1_mm_vbmi_usable() ? "avx512-bf16-vnni-vbmi-amx" : "avx512-bf16-vnni-amx";
     return dsr1_mm_vbmi_usable() ? "avx512-bf16-vnni-vbmi" : "avx512-bf16-vnni";
@@ -354,7 +364,7 @@ static size_t prep_bytes(const dsr1_mm_job *j)
 /* Tokens [t0, t1) of x in the mode's form, into the arrays prep set up
  * (the same bytes, scales and sums whichever range a call covers, so the
  * ranges may run on different threads). */
-static void fill_rows(const dsr1_mm_job *j, int t0, int t1, int avx)
+static void fill_rows(const dsr1_mm_job *j, int t0, int t1, int avx, int avx2)
 {
     const int64_t cols = j->w->cols;
     const float *x = j->x + t0 * j->ldx;
@@ -377,6 +387,8 @@ static void fill_rows(const dsr1_mm_job *j, int t0, int t1, int avx)
         int32_t *xsum = (int32_t *)j->xgc + t0 * j->ldg;
         if (avx) {
             dsr1_mm_int8_groups_avx512(x, j->ldx, n, cols, xq, j->ldxq, xs, xsum, j->ldg);
+        } else if (avx2) {
+            dsr1_mm_int8_groups_avx2(x, j->ldx, n, cols, xq, j->ldxq, xs, xsum, j->ldg);
         } else {
             for (int t = 0; t < n; t++) {
                 for (int64_t g = 0; g < j->ldg; g++) {
@@ -394,21 +406,27 @@ static void fill_rows(const dsr1_mm_job *j, int t0, int t1, int avx)
     int32_t *xsum = (int32_t *)j->xsum + t0;
     if (avx) {
         dsr1_mm_int8_rows_avx512(x, j->ldx, n, cols, xq, j->ldxq, xs, xsum);
+    } else if (avx2) {
+        dsr1_mm_int8_rows_avx2(x, j->ldx, n, cols, xq, j->ldxq, xs, xsum);
     } else {
         for (int t = 0; t < n; t++) {
             quant_span(x + t * j->ldx, cols, xq + t * j->ldxq, xs + t, xsum + t);
             for (int64_t c = cols; c < j->ldxq; c++) xq[t * j->ldxq + c] = 0;
         }
     }
-    if (j->xp) /* W4A8's reordered x, from the codes just made */
+    if (j->xp && avx) /* W4A8's reordered x, from the codes just made */
         dsr1_mm_w4_prep_avx512(xq, j->ldxq, n, j->w->group, (int8_t *)j->xp + t0 * j->ldxp, j->ldxp,
                                (int32_t *)j->xg + t0 * j->ldxg, j->ldxg);
+    else if (j->xp)
+        dsr1_mm_w4_prep_avx2(xq, j->ldxq, n, cols, j->w->group, (int8_t *)j->xp + t0 * j->ldxp, j->ldxp,
+                             (int32_t *)j->xg + t0 * j->ldxg, j->ldxg);
 }
 
 /* Point the mode's activation arrays into mem (prep_bytes(j) bytes) and
  * make what is per call (the rq tables); fill_rows then fills them. avx:
- * the AVX-512 kernels may be used. 0 when x needs no preparation. */
-static int prep(dsr1_mm_job *j, void *mem, int avx)
+ * the AVX-512 kernels may be used; avx2: the AVX2 ones. 0 when x needs no
+ * preparation. */
+static int prep(dsr1_mm_job *j, void *mem, int avx, int avx2)
 {
     char *m = mem;
     if (j->act == DSR1_ACT_BF16 && j->w->type == DSR1_T_FP8_E4M3) return 0; /* x' per task */
@@ -422,9 +440,10 @@ static int prep(dsr1_mm_job *j, void *mem, int avx)
         float *xs = (float *)(m + int8_head_bytes(j));
         j->xgs = xs;
         j->xgc = (int32_t *)(xs + (size_t)j->n * (size_t)j->ldg);
-        if (avx) {
+        if (avx || avx2) {
             dsr1_mm_rq_tab *t = (dsr1_mm_rq_tab *)(m + rq_tab_offset(j));
-            dsr1_mm_fp8_rq_tab_fill_avx512(t);
+            if (avx) dsr1_mm_fp8_rq_tab_fill_avx512(t);
+            else dsr1_mm_fp8_rq_tab_fill(t);
             j->rqt = t;
         }
         return 1;
@@ -433,7 +452,7 @@ static int prep(dsr1_mm_job *j, void *mem, int avx)
     j->xs = xs;
     j->xsum = (int32_t *)(xs + j->n);
     int64_t g = j->w->group;
-    if (j->w->type == DSR1_T_INT4 && avx && (g == 32 || g == 128)) {
+    if (j->w->type == DSR1_T_INT4 && ((avx && (g == 32 || g == 128)) || (avx2 && g % 32 == 0))) {
         int8_t *xp = (int8_t *)(m + int8_head_bytes(j));
         j->xp = xp;
         j->xg = (int32_t *)(xp + (size_t)j->n * (size_t)j->ldxp);
@@ -443,7 +462,7 @@ static int prep(dsr1_mm_job *j, void *mem, int avx)
 
 typedef struct fill_task {
     const dsr1_mm_job *j;
-    int per, avx;
+    int per, avx, avx2;
 } fill_task;
 
 static void fill_task_run(void *ctx, int task, int ntasks)
@@ -451,22 +470,22 @@ static void fill_task_run(void *ctx, int task, int ntasks)
     (void)ntasks;
     const fill_task *f = ctx;
     int t0 = task * f->per, t1 = t0 + f->per < f->j->n ? t0 + f->per : f->j->n;
-    if (t0 < t1) fill_rows(f->j, t0, t1, f->avx);
+    if (t0 < t1) fill_rows(f->j, t0, t1, f->avx, f->avx2);
 }
 
 /* fill_rows for all n tokens: on the pool's threads when there is enough
  * of x, else here. A 512-token chunk of 7168 columns is 14 MB of floats:
  * on a 16-core Xeon one thread quantising it while 15 waited held a
  * 2048x7168 W8A8 matmul on AMX tiles to half its speed (README, "AMX"). */
-static void fill_all(dsr1_pool *p, const dsr1_mm_job *j, int avx)
+static void fill_all(dsr1_pool *p, const dsr1_mm_job *j, int avx, int avx2)
 {
     int nth = p ? dsr1_pool_size(p) : 1;
     if (nth < 2 || (int64_t)j->n * j->w->cols < (1 << 16)) {
-        fill_rows(j, 0, j->n, avx);
+        fill_rows(j, 0, j->n, avx, avx2);
         return;
     }
     int per = (j->n + nth - 1) / nth;
-    fill_task f = {j, per, avx};
+    fill_task f = {j, per, avx, avx2};
     dsr1_pool_run(p, fill_task_run, &f, (j->n + per - 1) / per);
 }
 
@@ -479,6 +498,7 @@ typedef struct mm_task {
     char *task_mem;          /* [ntasks][job->task_bytes] */
     void (*rows)(const dsr1_mm_job *, int64_t, int64_t);
     int avx;                 /* rows is the AVX-512 kernel */
+    int avx2;                /* rows is the AVX2 kernel */
 } mm_task;
 
 /* Rows [r0, r1) of j. An rq job requantises them DSR1_MM_RQ_ROWS at a time
@@ -497,6 +517,7 @@ static void run_rows(const mm_task *mt, const dsr1_mm_job *j, int64_t r0, int64_
         int64_t pr = r1 - r < DSR1_MM_RQ_ROWS ? r1 - r : DSR1_MM_RQ_ROWS;
         for (int64_t a = 0; a < pr; a++) {
             if (mt->avx) dsr1_mm_fp8_requant_row_avx512(j->w, r + a, q + a * cols, sc + a * ng, j->rqt, j->vbmi);
+            else if (mt->avx2) dsr1_mm_fp8_requant_row_avx2(j->w, r + a, q + a * cols, sc + a * ng, j->rqt);
             else dsr1_mm_fp8_requant_row(j->w, r + a, q + a * cols, sc + a * ng);
         }
         dsr1_wmat t = {.type = DSR1_T_INT8, .rows = pr, .cols = cols, .data = q, .scale = sc,
@@ -575,7 +596,7 @@ typedef struct mm_call {
     mm_task mt;
     const dsr1_wmat *up;
     size_t bytes, tmp_bytes, total;
-    int ntasks, avx;
+    int ntasks, avx, avx2;
 } mm_call;
 
 static void call_setup(mm_call *c, dsr1_pool *p, const dsr1_wmat *w, const dsr1_wmat *up,
@@ -590,9 +611,16 @@ static void call_setup(mm_call *c, dsr1_pool *p, const dsr1_wmat *w, const dsr1_
     j.ldxp = (w->cols + 127) & ~(int64_t)127;
     j.ldxg = j.ldxp / 32;
     j.ldg = (w->cols + DSR1_MM_XG - 1) / DSR1_MM_XG;
+    /* The kernel set first: AVX-512 where the pool found it (unless the
+     * caller asks for another), else AVX2 where the CPU has it. */
+    c->avx = k == DSR1_MM_PORTABLE || k == DSR1_MM_AVX2 ? 0 : p ? dsr1_pool_avx512(p) : dsr1_mm_avx512_usable();
+    c->avx2 = !c->avx && k != DSR1_MM_PORTABLE && dsr1_mm_avx2_usable();
     /* FP8 in BF16 mode: x' of a scale block, all columns for up to
-     * DSR1_MM_FP8_GV tokens (GEMV), else one chunk for a block of tokens. */
-    if (j.act == DSR1_ACT_BF16 && w->type == DSR1_T_FP8_E4M3)
+     * DSR1_MM_FP8_GV tokens (GEMV), else one chunk for a block of tokens;
+     * the AVX2 kernel's x' is float32, 4 tokens at a time. */
+    if (j.act == DSR1_ACT_BF16 && w->type == DSR1_T_FP8_E4M3 && c->avx2)
+        j.task_bytes = (size_t)(n < 4 ? n : 4) * (size_t)j.ldxb * sizeof(float);
+    else if (j.act == DSR1_ACT_BF16 && w->type == DSR1_T_FP8_E4M3)
         j.task_bytes = n <= DSR1_MM_FP8_GV ? (size_t)n * (size_t)j.ldxb * 2
                               : (size_t)(n < DSR1_MM_FP8_TB ? n : DSR1_MM_FP8_TB) * DSR1_MM_FP8_LDP * 2 +
                                     DSR1_MM_BIG_BYTES;
@@ -606,20 +634,20 @@ static void call_setup(mm_call *c, dsr1_pool *p, const dsr1_wmat *w, const dsr1_
     c->bytes = (prep_bytes(&j) + 63) & ~(size_t)63;
     c->tmp_bytes = up ? ((size_t)n * (size_t)w->rows * sizeof(float) + 63) & ~(size_t)63 : 0;
     c->total = c->bytes + c->tmp_bytes + (size_t)c->ntasks * j.task_bytes;
-    c->avx = k == DSR1_MM_PORTABLE ? 0 : p ? dsr1_pool_avx512(p) : dsr1_mm_avx512_usable();
     j.vbmi = c->avx && k != DSR1_MM_AVX512_NOVBMI && dsr1_mm_vbmi_usable();
     j.amx = c->avx && p && k != DSR1_MM_AVX512_NOAMX && n >= DSR1_MM_AMX_MIN_N && dsr1_pool_amx(p);
     j.hwpf = dsr1_pool_hwpf(p);
     c->j = j;
     c->up = up;
-    c->mt = (mm_task){.rows_per_task = per, .rows = c->avx ? dsr1_mm_rows_avx512 : dsr1_mm_rows_portable,
-                      .avx = c->avx};
+    c->mt = (mm_task){.rows_per_task = per,
+                      .rows = c->avx ? dsr1_mm_rows_avx512 : c->avx2 ? dsr1_mm_rows_avx2 : dsr1_mm_rows_portable,
+                      .avx = c->avx, .avx2 = c->avx2};
 }
 
 /* mem: c->total bytes (NULL when that is 0); x is prepared into it. */
 static void call_place(mm_call *c, dsr1_pool *p, char *mem)
 {
-    if (mem && prep(&c->j, mem, c->avx)) fill_all(p, &c->j, c->avx);
+    if (mem && prep(&c->j, mem, c->avx, c->avx2)) fill_all(p, &c->j, c->avx, c->avx2);
     c->uj = c->j;
     if (c->up) {
         c->uj.w = c->up;

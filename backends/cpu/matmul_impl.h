@@ -70,8 +70,9 @@ typedef struct dsr1_mm_job {
     int64_t ldxq;            /* multiple of 64 >= cols */
     const float *xs;         /* INT8: [n] per-token scale (amax/127) */
     const int32_t *xsum;     /* INT8: [n] sum of the token's q */
-    const int8_t *xp;        /* INT8 mode, INT4 weights, AVX-512 only (else NULL):
-                                [n][ldxp] xq reordered (dsr1_mm_w4_prep_avx512) */
+    const int8_t *xp;        /* INT8 mode, INT4 weights, AVX-512 or AVX2 kernels (else
+                                NULL): [n][ldxp] xq reordered (dsr1_mm_w4_prep_avx512,
+                                dsr1_mm_w4_prep_avx2: each its kernels' order) */
     int64_t ldxp;            /* multiple of 128 >= ldxq */
     const int32_t *xg;       /* with xp: [n][ldxg] -8 * xq's sum per scale group */
     int64_t ldxg;            /* ldxp / 32 */
@@ -125,7 +126,8 @@ typedef enum {
     DSR1_MM_PORTABLE = 1,
     DSR1_MM_AVX512 = 2,
     DSR1_MM_AVX512_NOVBMI = 3,
-    DSR1_MM_AVX512_NOAMX = 4 /* the AVX-512 kernels without AMX tiles */
+    DSR1_MM_AVX512_NOAMX = 4, /* the AVX-512 kernels without AMX tiles */
+    DSR1_MM_AVX2 = 5          /* the AVX2 kernels (matmul_avx2.c), also on AVX-512 CPUs */
 } dsr1_mm_kernel;
 
 /* Rows requantised at a time (the W8A8 lanes kernel's chunk). */
@@ -266,6 +268,23 @@ float dsr1_wmat_scale(const dsr1_wmat *w, int64_t r, int64_t c);
 void *dsr1_pool_scratch(dsr1_pool *p, size_t bytes);
 /* Whether the pool found the AVX-512 kernels usable when created. */
 int dsr1_pool_avx512(const dsr1_pool *p);
+
+/* matmul_avx2.c: the kernels for CPUs with AVX2, FMA and F16C but not
+ * the AVX-512 set above (the same bits as the portable ones), and their
+ * activations: W8A8 codes (matmul.c's prep_int8 bytes, scales and sums),
+ * W4A8's x reordered (each 32 columns' even ones, then its odd ones) with
+ * xg[t][g] = -8 x the sum of xq[t] over group g, and FP8's requantised
+ * rows from the per-call table (dsr1_mm_fp8_requant_row's bytes). */
+int dsr1_mm_avx2_usable(void);
+void dsr1_mm_rows_avx2(const dsr1_mm_job *j, int64_t r0, int64_t r1);
+void dsr1_mm_int8_rows_avx2(const float *x, int64_t ldx, int n, int64_t cols, int8_t *xq, int64_t ldxq,
+                            float *xs, int32_t *xsum);
+void dsr1_mm_int8_groups_avx2(const float *x, int64_t ldx, int n, int64_t cols, int8_t *xq,
+                              int64_t ldxq, float *xs, int32_t *xsum, int64_t ldg);
+void dsr1_mm_w4_prep_avx2(const int8_t *xq, int64_t ldxq, int n, int64_t cols, int64_t group,
+                          int8_t *xp, int64_t ldxp, int32_t *xg, int64_t ldxg);
+void dsr1_mm_fp8_requant_row_avx2(const dsr1_wmat *w, int64_t r, int8_t *q, float *s,
+                                  const dsr1_mm_rq_tab *t);
 
 /* ---- scalar pieces both kernels agree on ---------------------------------- */
 

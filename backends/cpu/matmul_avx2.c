@@ -1,0 +1,708 @@
+/*
+ * matmul_avx2.c - the matmul kernels for x86-64 CPUs with AVX2, FMA and
+ * F16C but without AVX-512 BF16/VNNI (AMD Zen 2 and Zen 3, Intel Haswell
+ * to Ice Lake client parts, many cloud VMs). Entered only through
+ * dsr1_mm_rows_avx2 and the two preparations below, after
+ * dsr1_mm_avx2_usable().
+ *
+ * Every kernel here gives the portable kernels' bits (matmul_impl.h's
+ * canonical order); the tests compare them on every AVX2 machine, AVX-512
+ * ones included (DSR1_MM_AVX2 forces these kernels there).
+ *
+ *   W8A8 (INT8 weights, INT8 mode; FP8 as W8A8): vpmaddubsw on |w| and x
+ *   with w's sign moved onto x (vpsignb), then vpmaddwd by ones: each
+ *   pair of products is at most 2 x 128 x 127 = 32512, so the 16-bit sums
+ *   never saturate and the dots are exact; integer dots make the columns'
+ *   order free, so 2 rows x up to 4 tokens share each load.
+ *   W4A8: the 4-bit codes are unsigned, so vpmaddubsw takes them as they
+ *   are against x (|code x q| <= 15 x 127); the -8 offset is the group's
+ *   -8 x sum(q), added to the exact dot (dsr1_mm_w4_prep_avx2 makes it,
+ *   and x in the order a broadcast + shift of 16 code bytes gives: each
+ *   32 columns' even columns, then its odd ones).
+ *   FP8 in BF16 mode (decode): the e4m3 byte -> f16 bits (value / 256,
+ *   exact including subnormals: sign | (b & 0x7f) << 7) -> vcvtph2ps, and
+ *   one fused multiply-add per product with x' x 256. The canonical order
+ *   multiplies and adds separately, flushing denormal sums; the two agree
+ *   whenever each product is exact (an e4m3 value times a bf16 has at most
+ *   12 significant bits) and nothing is denormal or overflows. The task
+ *   clears MXCSR's flags first and reads them after: on a denormal operand,
+ *   underflow, overflow or invalid operation (or an x' too small for the
+ *   products to be exact) it recomputes its rows with the portable kernel.
+ *   F32 mode: the canonical 16 lanes as two ymm accumulators, the same
+ *   fused multiply-adds and hsum16's tree (the naive MLA form's score and
+ *   value products take this path).
+ *   Other cases (BF16 mode on non-FP8 weights, ragged shapes the vector
+ *   loops do not cover) go to the portable kernels.
+ */
+#include "matmul_impl.h"
+
+#include <immintrin.h>
+#include <math.h>
+
+#include "../../core/numeric.h"
+
+#define INLINE static inline __attribute__((always_inline))
+#define I8_RB 16   /* W8A8 rows per block from 5 tokens: L2-resident, reused per token tile */
+
+/* ---- horizontal sums ----------------------------------------------------------- */
+
+INLINE int32_t hsum8i(__m256i v)
+{
+    __m128i a = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    a = _mm_add_epi32(a, _mm_shuffle_epi32(a, 0x4e));
+    a = _mm_add_epi32(a, _mm_shuffle_epi32(a, 0xb1));
+    return _mm_cvtsi128_si32(a);
+}
+
+/* dsr1_mm_hsum16 of the 16 lanes lo (0-7), hi (8-15): the same tree. */
+INLINE float hsum16(__m256 lo, __m256 hi)
+{
+    __m256 a = _mm256_add_ps(lo, hi);
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    __m128 d = _mm_add_ss(c, _mm_movehdup_ps(c));
+    return _mm_cvtss_f32(d);
+}
+
+/* ---- W8A8 activations ------------------------------------------------------------- */
+
+/* Mask of the first `left` (clamped to 0..8) float lanes. */
+INLINE __m256i lanes_mask(int64_t left)
+{
+    int l = left < 0 ? 0 : left > 8 ? 8 : (int)left;
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(l), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* matmul.c's quant_span (and prep_avx512.c's) over len values, zero up to
+ * padded (a multiple of 8): the same products, rounding to nearest even,
+ * clamping (NaN kept, it converts to 0 as the scalar cast does on x86: the
+ * low byte of 0x80000000), scale and sum. */
+static void quant_span_avx2(const float *src, int64_t len, int64_t padded, int8_t *o, float *scale,
+                            int32_t *sum_out)
+{
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 am = _mm256_setzero_ps();
+    for (int64_t c = 0; c < len; c += 8) {
+        __m256 v = _mm256_maskload_ps(src + c, lanes_mask(len - c));
+        am = _mm256_max_ps(_mm256_and_ps(v, absm), am); /* NaN: am kept, as fmaxf */
+    }
+    float a8[8], amax = 0.0f;
+    _mm256_storeu_ps(a8, am);
+    for (int i = 0; i < 8; i++) amax = a8[i] > amax ? a8[i] : amax;
+    float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    const __m256 vinv = _mm256_set1_ps(inv), lim = _mm256_set1_ps(127.0f), nlim = _mm256_set1_ps(-127.0f);
+    const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                          0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+    __m256i sum = _mm256_setzero_si256();
+    for (int64_t c = 0; c < padded; c += 8) {
+        __m256 v = _mm256_maskload_ps(src + c, lanes_mask(len - c));
+        __m256 q = _mm256_round_ps(_mm256_mul_ps(v, vinv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        q = _mm256_blendv_ps(q, lim, _mm256_cmp_ps(q, lim, _CMP_GT_OQ));
+        q = _mm256_blendv_ps(q, nlim, _mm256_cmp_ps(q, nlim, _CMP_LT_OQ));
+        __m256i b = _mm256_shuffle_epi8(_mm256_cvttps_epi32(q), pick); /* low bytes */
+        int32_t lo = _mm256_cvtsi256_si32(b), hi = _mm_cvtsi128_si32(_mm256_extracti128_si256(b, 1));
+        memcpy(o + c, &lo, 4);
+        memcpy(o + c + 4, &hi, 4);
+        __m128i bytes = _mm_unpacklo_epi32(_mm_cvtsi32_si128(lo), _mm_cvtsi32_si128(hi));
+        sum = _mm256_add_epi32(sum, _mm256_cvtepi8_epi32(bytes));
+    }
+    *scale = amax / 127.0f;
+    *sum_out = hsum8i(sum);
+}
+
+void dsr1_mm_int8_rows_avx2(const float *x, int64_t ldx, int n, int64_t cols, int8_t *xq, int64_t ldxq,
+                            float *xs, int32_t *xsum)
+{
+    for (int t = 0; t < n; t++) quant_span_avx2(x + t * ldx, cols, ldxq, xq + t * ldxq, xs + t, xsum + t);
+}
+
+void dsr1_mm_int8_groups_avx2(const float *x, int64_t ldx, int n, int64_t cols, int8_t *xq,
+                              int64_t ldxq, float *xs, int32_t *xsum, int64_t ldg)
+{
+    for (int t = 0; t < n; t++)
+        for (int64_t g = 0; g < ldg; g++) {
+            const int64_t c = g * DSR1_MM_XG, len = cols - c < DSR1_MM_XG ? cols - c : DSR1_MM_XG;
+            quant_span_avx2(x + t * ldx + c, len, g == ldg - 1 ? ldxq - c : DSR1_MM_XG, xq + t * ldxq + c,
+                            xs + t * ldg + g, xsum + t * ldg + g);
+        }
+}
+
+void dsr1_mm_w4_prep_avx2(const int8_t *xq, int64_t ldxq, int n, int64_t cols, int64_t group,
+                          int8_t *xp, int64_t ldxp, int32_t *xg, int64_t ldxg)
+{
+    for (int t = 0; t < n; t++) {
+        const int8_t *s = xq + t * ldxq;
+        int8_t *d = xp + t * ldxp;
+        for (int64_t c = 0; c < ldxp; c += 32)
+            for (int i = 0; i < 16; i++) {
+                d[c + i] = c + 2 * i < ldxq ? s[c + 2 * i] : 0;
+                d[c + 16 + i] = c + 2 * i + 1 < ldxq ? s[c + 2 * i + 1] : 0;
+            }
+        for (int64_t g = 0; g * group < cols && g < ldxg; g++) {
+            int32_t sum = 0;
+            for (int64_t c = g * group; c < (g + 1) * group; c++) sum += s[c];
+            xg[t * ldxg + g] = -8 * sum;
+        }
+    }
+}
+
+/* matmul.c's dsr1_mm_fp8_requant_row through the per-call table (the
+ * same bytes and scales): a block's largest magnitude code by vector
+ * maxima, then one lookup per weight. */
+void dsr1_mm_fp8_requant_row_avx2(const dsr1_wmat *w, int64_t r, int8_t *q, float *s,
+                                  const dsr1_mm_rq_tab *t)
+{
+    const uint8_t *row = (const uint8_t *)w->data + r * w->cols;
+    const __m256i m7 = _mm256_set1_epi8(0x7f);
+    for (int64_t c0 = 0, k = 0; c0 < w->cols; c0 += w->group, k++) {
+        const int64_t c1 = c0 + w->group < w->cols ? c0 + w->group : w->cols;
+        const float bs = dsr1_wmat_scale(w, r, c0);
+        __m256i mx = _mm256_setzero_si256();
+        int64_t c = c0;
+        for (; c + 32 <= c1; c += 32)
+            mx = _mm256_max_epu8(mx, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(row + c)), m7));
+        uint8_t m32[32];
+        _mm256_storeu_si256((__m256i *)m32, mx);
+        int top = 0;
+        for (int i = 0; i < 32; i++) top = m32[i] > top ? m32[i] : top;
+        for (; c < c1; c++) top = (row[c] & 0x7f) > top ? row[c] & 0x7f : top;
+        s[k] = fmaxf(0.0f, t->value[top] * fabsf(bs)) / 127.0f;
+        if (!(s[k] > 0)) {
+            memset(q + c0, 0, (size_t)(c1 - c0));
+            continue;
+        }
+        const int8_t *code = t->code[top];
+        const unsigned neg = bs < 0 ? 0x80u : 0u;
+        /* 32 lookups at once: the 128 codes as 8 tables of 16 (vpshufb on
+         * the low 4 bits), the one the high 3 bits name kept; the sign as
+         * vpsignb by +-1 (the byte's sign xor the scale's). */
+        __m256i tab[8];
+        for (int h = 0; h < 8; h++)
+            tab[h] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(code + 16 * h)));
+        const __m256i lo4 = _mm256_set1_epi8(0x0f), negv = _mm256_set1_epi8((char)neg),
+                      one = _mm256_set1_epi8(1);
+        for (c = c0; c + 32 <= c1; c += 32) {
+            __m256i b = _mm256_loadu_si256((const __m256i *)(row + c));
+            __m256i idx = _mm256_and_si256(b, lo4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), _mm256_set1_epi8(0x07));
+            __m256i v = _mm256_shuffle_epi8(tab[0], idx);
+            for (int h = 1; h < 8; h++)
+                v = _mm256_blendv_epi8(v, _mm256_shuffle_epi8(tab[h], idx),
+                                       _mm256_cmpeq_epi8(hi, _mm256_set1_epi8((char)h)));
+            __m256i sg = _mm256_or_si256(_mm256_xor_si256(b, negv), one); /* sign bit, nonzero */
+            _mm256_storeu_si256((__m256i *)(q + c), _mm256_sign_epi8(v, sg));
+        }
+        for (; c < c1; c++) {
+            const int8_t v = code[row[c] & 0x7f];
+            q[c] = (int8_t)(((row[c] ^ neg) & 0x80u) ? -v : v);
+        }
+    }
+}
+
+/* ---- W8A8 and W4A8 ------------------------------------------------------------------------ */
+
+/* The 8 dots of a 2-row x 4-token tile from its accumulators (a: row 0,
+ * b: row 1, one per token, 8 partial sums each) as one vector: lanes
+ * 0-3 row 0's tokens, 4-7 row 1's. Integer sums: any order is exact. */
+INLINE __m256i tile_sums(__m256i a0, __m256i a1, __m256i a2, __m256i a3, __m256i b0, __m256i b1,
+                         __m256i b2, __m256i b3)
+{
+    __m256i g1 = _mm256_hadd_epi32(_mm256_hadd_epi32(a0, a1), _mm256_hadd_epi32(a2, a3));
+    __m256i g2 = _mm256_hadd_epi32(_mm256_hadd_epi32(b0, b1), _mm256_hadd_epi32(b2, b3));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(g1, g2, 0x20), _mm256_permute2x128_si256(g1, g2, 0x31));
+}
+
+/* The 2-row x 4-token W8A8 loop (len a positive multiple of 32; the
+ * accumulators start at zero), all 16
+ * ymm registers named: the same instructions the intrinsics below give,
+ * but gcc 12 keeps moving the accumulators between registers and spilling
+ * two of them (18 live vectors by its count). One thread, 2048x1024 from
+ * L1/L2, Zen 3: 38-40 GMAC/s in the intrinsics' form; this loop alone
+ * 50-59 GMAC/s. */
+INLINE void i8_dots4(const int8_t *w0, const int8_t *w1, const int8_t *x, int64_t ldx, int64_t len,
+                     __m256i *a0, __m256i *a1, __m256i *a2, __m256i *a3, __m256i *b0, __m256i *b1,
+                     __m256i *b2, __m256i *b3)
+{
+    const __m256i one = _mm256_set1_epi16(1);
+    __m256i v0, v1, u0, u1, xv, t0, t1;
+    const int8_t *x1 = x + ldx, *x2 = x1 + ldx, *x3 = x2 + ldx;
+    int64_t c = 0;
+#define I8A_TOK(xp, A, B)                                                                           \
+    "vmovdqu (%[" xp "],%[c]), %[xv]\n\t"                                                          \
+    "vpsignb %[v0], %[xv], %[t0]\n\tvpsignb %[v1], %[xv], %[t1]\n\t"                               \
+    "vpmaddubsw %[t0], %[u0], %[t0]\n\tvpmaddubsw %[t1], %[u1], %[t1]\n\t"                         \
+    "vpmaddwd %[one], %[t0], %[t0]\n\tvpmaddwd %[one], %[t1], %[t1]\n\t"                           \
+    "vpaddd %[t0], %[" A "], %[" A "]\n\tvpaddd %[t1], %[" B "], %[" B "]\n\t"
+    __asm__("vpxor %[a0], %[a0], %[a0]\n\tvpxor %[a1], %[a1], %[a1]\n\t"
+            "vpxor %[a2], %[a2], %[a2]\n\tvpxor %[a3], %[a3], %[a3]\n\t"
+            "vpxor %[b0], %[b0], %[b0]\n\tvpxor %[b1], %[b1], %[b1]\n\t"
+            "vpxor %[b2], %[b2], %[b2]\n\tvpxor %[b3], %[b3], %[b3]\n\t"
+            "1:\n\t"
+            "vmovdqu (%[w0],%[c]), %[v0]\n\t"
+            "vmovdqu (%[w1],%[c]), %[v1]\n\t"
+            "vpabsb %[v0], %[u0]\n\t"
+            "vpabsb %[v1], %[u1]\n\t"
+            I8A_TOK("x0", "a0", "b0") I8A_TOK("x1", "a1", "b1") I8A_TOK("x2", "a2", "b2") I8A_TOK("x3", "a3", "b3")
+            "add $32, %[c]\n\t"
+            "cmp %[len], %[c]\n\t"
+            "jl 1b\n\t"
+            : [a0] "=&x"(*a0), [a1] "=&x"(*a1), [a2] "=&x"(*a2), [a3] "=&x"(*a3), [b0] "=&x"(*b0),
+              [b1] "=&x"(*b1), [b2] "=&x"(*b2), [b3] "=&x"(*b3), [v0] "=&x"(v0), [v1] "=&x"(v1), [u0] "=&x"(u0), [u1] "=&x"(u1),
+              [xv] "=&x"(xv), [t0] "=&x"(t0), [t1] "=&x"(t1), [c] "+r"(c)
+            : [one] "x"(one), [w0] "r"(w0), [w1] "r"(w1), [x0] "r"(x), [x1] "r"(x1), [x2] "r"(x2), [x3] "r"(x3),
+              [len] "r"(len)
+            : "cc", "memory");
+#undef I8A_TOK
+}
+
+/* Exact dots of INT8 rows w0, w1 with nt (1-4) token rows of x over len
+ * columns (a multiple of 32), as tile_sums lays them out (tokens past nt
+ * give 0). */
+INLINE __m256i i8_dots(const int8_t *w0, const int8_t *w1, const int8_t *x, int64_t ldx, int nt,
+                       int64_t len)
+{
+    const __m256i one = _mm256_set1_epi16(1);
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+#define I8_STEP(acc_a, acc_b, t)                                                                       \
+    do {                                                                                               \
+        __m256i xv = _mm256_loadu_si256((const __m256i *)(x + (t) * ldx + c));                        \
+        acc_a = _mm256_add_epi32(acc_a, _mm256_madd_epi16(_mm256_maddubs_epi16(u0, _mm256_sign_epi8(xv, v0)), one)); \
+        acc_b = _mm256_add_epi32(acc_b, _mm256_madd_epi16(_mm256_maddubs_epi16(u1, _mm256_sign_epi8(xv, v1)), one)); \
+    } while (0)
+    if (nt == 4 && len > 0) { /* the panel's case: i8_dots4 */
+        i8_dots4(w0, w1, x, ldx, len, &a0, &a1, &a2, &a3, &b0, &b1, &b2, &b3);
+        return tile_sums(a0, a1, a2, a3, b0, b1, b2, b3);
+    }
+    for (int64_t c = 0; c < len; c += 32) {
+        __m256i v0 = _mm256_loadu_si256((const __m256i *)(w0 + c)), v1 = _mm256_loadu_si256((const __m256i *)(w1 + c));
+        __m256i u0 = _mm256_abs_epi8(v0), u1 = _mm256_abs_epi8(v1);
+        I8_STEP(a0, b0, 0);
+        if (nt > 1) I8_STEP(a1, b1, 1);
+        if (nt > 2) I8_STEP(a2, b2, 2);
+        if (nt > 3) I8_STEP(a3, b3, 3);
+    }
+#undef I8_STEP
+    return tile_sums(a0, a1, a2, a3, b0, b1, b2, b3);
+}
+
+/* The same for 4-bit codes (0..15, packed, even column in the low
+ * nibble) against xp (dsr1_mm_w4_prep_avx2's order): without the -8. */
+INLINE __m256i w4_dots(const uint8_t *p0, const uint8_t *p1, const int8_t *xp, int64_t ldx, int nt,
+                       int64_t len)
+{
+    const __m256i one = _mm256_set1_epi16(1), lo4 = _mm256_set1_epi8(0x0f);
+    const __m256i sh = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+#define W4_STEP(acc_a, acc_b, t)                                                                  \
+    do {                                                                                          \
+        __m256i xv = _mm256_loadu_si256((const __m256i *)(xp + (t) * ldx + c));                  \
+        acc_a = _mm256_add_epi32(acc_a, _mm256_madd_epi16(_mm256_maddubs_epi16(u0, xv), one));   \
+        acc_b = _mm256_add_epi32(acc_b, _mm256_madd_epi16(_mm256_maddubs_epi16(u1, xv), one));   \
+    } while (0)
+    for (int64_t c = 0; c < len; c += 32) {
+        /* 16 code bytes in both halves; the upper half shifted by 4: low
+         * nibbles (even columns) in bytes 0-15, high ones in 16-31 */
+        __m256i u0 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(p0 + c / 2)));
+        __m256i u1 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(p1 + c / 2)));
+        u0 = _mm256_and_si256(_mm256_srlv_epi32(u0, sh), lo4);
+        u1 = _mm256_and_si256(_mm256_srlv_epi32(u1, sh), lo4);
+        W4_STEP(a0, b0, 0);
+        if (nt > 1) W4_STEP(a1, b1, 1);
+        if (nt > 2) W4_STEP(a2, b2, 2);
+        if (nt > 3) W4_STEP(a3, b3, 3);
+    }
+#undef W4_STEP
+    return tile_sums(a0, a1, a2, a3, b0, b1, b2, b3);
+}
+
+/* A tile's per-lane factor from a value per row (lanes 0-3: r0, 4-7: r1)
+ * and one per token (both halves). */
+INLINE __m256 per_row(float r0, float r1) { return _mm256_setr_ps(r0, r0, r0, r0, r1, r1, r1, r1); }
+INLINE __m256 per_tok(const float *v, int64_t stride, int nt)
+{
+    float t[4];
+    for (int b = 0; b < 4; b++) t[b] = b < nt ? v[b * stride] : 0.0f;
+    return _mm256_setr_ps(t[0], t[1], t[2], t[3], t[0], t[1], t[2], t[3]);
+}
+
+/* Write a tile's 8 results (rows r, r+1 if two; nt tokens). */
+INLINE void tile_store(__m256 v, float *y, int64_t ldy, int two, int nt)
+{
+    float o[8];
+    _mm256_storeu_ps(o, v);
+    for (int b = 0; b < nt; b++) {
+        y[b * ldy] = o[b];
+        if (two) y[b * ldy + 1] = o[4 + b];
+    }
+}
+
+enum { W_INT8, W_INT8_GROUPS, W_RQ, W_INT4 };
+
+/* Scale i of w (core/wmat.c's scale_at, inline: the grouped tiles read
+ * one per row and group). */
+INLINE float scale_at(const dsr1_wmat *w, int64_t i)
+{
+    if (w->scale_type == DSR1_T_F16) return dsr1_f16_to_f32(((const uint16_t *)w->scale)[i]);
+    if (w->scale_type == DSR1_T_BF16) return dsr1_bf16_to_f32(((const uint16_t *)w->scale)[i]);
+    return ((const float *)w->scale)[i];
+}
+
+/* One 2-row x nt-token tile over all columns, the canonical epilogue of
+ * matmul.c's row_int8 / row_int8_groups / row_int4 in each lane (the same
+ * float operations in the same order, 8 (row, token) pairs at a time). */
+INLINE void int_tile(const dsr1_mm_job *j, int kind, int64_t r, int two, int t0, int nt)
+{
+    const dsr1_wmat *w = j->w;
+    const int64_t cols = w->cols;
+    if (kind == W_INT8) { /* one scale per row: y = (float)dot * s_x * s_w */
+        const int8_t *q = (const int8_t *)w->data + r * cols;
+        __m256 d = _mm256_cvtepi32_ps(i8_dots(q, q + two * cols, j->xq + t0 * j->ldxq, j->ldxq, nt, cols));
+        d = _mm256_mul_ps(_mm256_mul_ps(d, per_tok(j->xs + t0, 1, nt)),
+                          per_row(dsr1_wmat_scale(w, r, 0), dsr1_wmat_scale(w, r + two, 0)));
+        tile_store(d, j->y + t0 * j->ldy + r, j->ldy, two, nt);
+        return;
+    }
+    const int64_t g = kind == W_RQ ? DSR1_MM_XG : w->group;
+    /* dsr1_wmat_scale's index of (row, group) for the grouped types */
+    const int64_t s0 = kind == W_RQ ? 0 : r * (cols / g), s1 = kind == W_RQ ? 0 : (r + two) * (cols / g);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t c0 = 0, gi = 0; c0 < cols; c0 += g, gi++) {
+        const int64_t len = cols - c0 < g ? cols - c0 : g;
+        __m256i dot;
+        __m256 s;
+        if (kind == W_INT4) {
+            const uint8_t *q = (const uint8_t *)w->data + r * (cols / 2) + c0 / 2;
+            dot = w4_dots(q, q + two * (cols / 2), j->xp + t0 * j->ldxp + c0, j->ldxp, nt, len);
+            int32_t xg[4];
+            for (int b = 0; b < 4; b++) xg[b] = b < nt ? j->xg[(t0 + b) * j->ldxg + gi] : 0;
+            dot = _mm256_add_epi32(dot, _mm256_setr_epi32(xg[0], xg[1], xg[2], xg[3], xg[0], xg[1], xg[2], xg[3]));
+            s = per_row(scale_at(w, s0 + gi), scale_at(w, s1 + gi));
+        } else {
+            const int8_t *q = (const int8_t *)w->data + r * cols + c0;
+            dot = i8_dots(q, q + two * cols, j->xq + t0 * j->ldxq + c0, j->ldxq, nt, len);
+            if (kind == W_RQ) { /* s_w[r][g] * s_x[t][g] */
+                const float *sw = w->scale;
+                s = _mm256_mul_ps(per_row(sw[r * j->ldg + gi], sw[(r + two) * j->ldg + gi]),
+                                  per_tok(j->xgs + t0 * j->ldg + gi, j->ldg, nt));
+            } else {
+                s = per_row(scale_at(w, s0 + gi), scale_at(w, s1 + gi));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), s, acc);
+    }
+    if (kind != W_RQ) acc = _mm256_mul_ps(acc, per_tok(j->xs + t0, 1, nt));
+    tile_store(acc, j->y + t0 * j->ldy + r, j->ldy, two, nt);
+}
+
+static void int_tile_n(const dsr1_mm_job *j, int kind, int64_t r, int two, int t0, int nt)
+{
+    switch (nt) {
+    case 1: int_tile(j, kind, r, two, t0, 1); break;
+    case 2: int_tile(j, kind, r, two, t0, 2); break;
+    case 3: int_tile(j, kind, r, two, t0, 3); break;
+    default: int_tile(j, kind, r, two, t0, 4); break;
+    }
+}
+
+/* W4A8 for one token, 4 rows at a time (decode): per scale group the 4
+ * rows' dots reduced together and their fused multiply-adds as one
+ * 4-lane step - the 2x4 tile's per-group epilogue would cost more than
+ * the group's 4 code steps. rows r..r+3 (all present). */
+static void w4_gemv4(const dsr1_mm_job *j, int64_t r)
+{
+    const dsr1_wmat *w = j->w;
+    const int64_t cols = w->cols, g = w->group, half = cols / 2, ng = cols / g;
+    const uint8_t *p0 = (const uint8_t *)w->data + r * half, *p1 = p0 + half, *p2 = p1 + half, *p3 = p2 + half;
+    const __m256i one = _mm256_set1_epi16(1), lo4 = _mm256_set1_epi8(0x0f);
+    const __m256i sh = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+    __m128 acc = _mm_setzero_ps();
+    for (int64_t c0 = 0, gi = 0; c0 < cols; c0 += g, gi++) {
+        __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+        for (int64_t c = c0; c < c0 + g; c += 32) {
+            const __m256i xv = _mm256_loadu_si256((const __m256i *)(j->xp + c));
+#define W4_ROW(acc_r, p)                                                                                      do {                                                                                                          __m256i u = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)((p) + c / 2)));               u = _mm256_and_si256(_mm256_srlv_epi32(u, sh), lo4);                                                     acc_r = _mm256_add_epi32(acc_r, _mm256_madd_epi16(_mm256_maddubs_epi16(u, xv), one));                } while (0)
+            W4_ROW(a0, p0);
+            W4_ROW(a1, p1);
+            W4_ROW(a2, p2);
+            W4_ROW(a3, p3);
+#undef W4_ROW
+        }
+        /* [r0 r1 r2 r3] partial sums in each half, then the halves added */
+        __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(a0, a1), _mm256_hadd_epi32(a2, a3));
+        __m128i d = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+        d = _mm_add_epi32(d, _mm_set1_epi32(j->xg[gi]));
+        const __m128 s = _mm_setr_ps(scale_at(w, r * ng + gi), scale_at(w, (r + 1) * ng + gi),
+                                     scale_at(w, (r + 2) * ng + gi), scale_at(w, (r + 3) * ng + gi));
+        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(d), s, acc);
+    }
+    float o[4];
+    _mm_storeu_ps(o, _mm_mul_ps(acc, _mm_set1_ps(j->xs[0])));
+    for (int a = 0; a < 4; a++) j->y[r + a] = o[a];
+}
+
+/* W8A8 / W4A8 rows [r0, r1): blocks of I8_RB rows (L2) for each 4-token
+ * tile, row pairs inside (two rows' weights, each x load serving both). */
+static void rows_int(const dsr1_mm_job *j, int kind, int64_t r0, int64_t r1)
+{
+    const int64_t RB = j->n <= 4 ? 2 : I8_RB;
+    if (kind == W_INT4 && j->n == 1)
+        for (; r0 + 4 <= r1; r0 += 4) w4_gemv4(j, r0);
+    for (int64_t rb = r0; rb < r1; rb += RB) {
+        const int64_t re = rb + RB < r1 ? rb + RB : r1;
+        for (int t0 = 0; t0 < j->n; t0 += 4)
+            for (int64_t r = rb; r < re; r += 2)
+                int_tile_n(j, kind, r, r + 1 < re, t0, j->n - t0 < 4 ? j->n - t0 : 4);
+    }
+}
+
+/* ---- FP8 in BF16 mode ---------------------------------------------------------------------- */
+
+/* dsr1_mm_to_bf16 of 8 floats, back as floats: denormals to signed zero,
+ * NaN quieted (bits | 0x40 in bf16), else round to nearest even. */
+INLINE __m256 bf16_round(__m256 v)
+{
+    const __m256i hi16 = _mm256_set1_epi32((int)0xffff0000u);
+    __m256i u = _mm256_castps_si256(v);
+    __m256i den = _mm256_cmpeq_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7f800000)), _mm256_setzero_si256());
+    u = _mm256_blendv_epi8(u, _mm256_and_si256(u, _mm256_set1_epi32((int)0x80000000u)), den);
+    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                     _mm256_set1_epi32(0x7f800000));
+    __m256i nanv = _mm256_or_si256(_mm256_and_si256(u, hi16), _mm256_set1_epi32(0x00400000));
+    __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_and_si256(_mm256_add_epi32(u, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff))), hi16);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(r, nanv, nan));
+}
+
+/* x' x 256 for one token and one 128-row block: xo[c] = bf16(x[c] x
+ * s[block][c / g]) x 256 as float (matmul.c's bf16_x), each 32 columns in
+ * the order the kernel reads: even columns 0-14, 16-30, then odd 1-15,
+ * 17-31. Returns 0 when some nonzero x' is below 2^-116 (its product
+ * with an e4m3 could then be inexact in float32): the caller falls back.
+ * Columns and the group are multiples of 32. */
+static int fp8_prep_x(const dsr1_mm_job *j, int t, int64_t rb, float *xo)
+{
+    const dsr1_wmat *w = j->w;
+    const float *x = j->x + t * j->ldx;
+    const int64_t cols = w->cols;
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)), tiny = _mm256_set1_ps(0x1p-116f),
+                 k256 = _mm256_set1_ps(256.0f), zero = _mm256_setzero_ps();
+    int bad = 0;
+    for (int64_t c0 = 0; c0 < cols; c0 += w->group) {
+        const __m256 s = _mm256_set1_ps(dsr1_wmat_scale(w, rb, c0));
+        const int64_t c1 = c0 + w->group < cols ? c0 + w->group : cols;
+        for (int64_t c = c0; c < c1; c += 16) {
+            __m256 a = bf16_round(_mm256_mul_ps(_mm256_loadu_ps(x + c), s));
+            __m256 b = bf16_round(_mm256_mul_ps(_mm256_loadu_ps(x + c + 8), s));
+            bad |= _mm256_movemask_ps(_mm256_and_ps(_mm256_cmp_ps(_mm256_and_ps(a, absm), tiny, _CMP_LT_OQ),
+                                                    _mm256_cmp_ps(a, zero, _CMP_NEQ_UQ)));
+            bad |= _mm256_movemask_ps(_mm256_and_ps(_mm256_cmp_ps(_mm256_and_ps(b, absm), tiny, _CMP_LT_OQ),
+                                                    _mm256_cmp_ps(b, zero, _CMP_NEQ_UQ)));
+            a = _mm256_mul_ps(a, k256);
+            b = _mm256_mul_ps(b, k256);
+            /* [a0 a2 b0 b2 | a4 a6 b4 b6] -> [a0 a2 a4 a6 b0 b2 b4 b6] */
+            __m256 ev = _mm256_castpd_ps(_mm256_permute4x64_pd(
+                _mm256_castps_pd(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0))), _MM_SHUFFLE(3, 1, 2, 0)));
+            __m256 od = _mm256_castpd_ps(_mm256_permute4x64_pd(
+                _mm256_castps_pd(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1))), _MM_SHUFFLE(3, 1, 2, 0)));
+            const int64_t base = c & ~(int64_t)31, k = (c & 31) / 2;
+            _mm256_storeu_ps(xo + base + k, ev);
+            _mm256_storeu_ps(xo + base + 16 + k, od);
+        }
+    }
+    return !bad;
+}
+
+/* Even or odd f16 words of 32 e4m3 bytes -> 4 x 8 floats (value / 256):
+ * lanes 0-7 and 8-15 of the canonical step, even and odd columns. */
+INLINE void fp8_decode32(const uint8_t *p, __m256 *we_lo, __m256 *we_hi, __m256 *wo_lo, __m256 *wo_hi)
+{
+    const __m256i keep = _mm256_set1_epi16((short)0xbf80);
+    __m256i b = _mm256_loadu_si256((const __m256i *)p);
+    /* word i = byte 2i | byte 2i+1 << 8; arithmetic >> 1 puts a byte's
+     * sign at bits 15 and 14, its magnitude at 7-13; 0xbf80 keeps 15 and
+     * 7-13 */
+    __m256i e = _mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(b, 8), 1), keep);
+    __m256i o = _mm256_and_si256(_mm256_srai_epi16(b, 1), keep);
+    *we_lo = _mm256_cvtph_ps(_mm256_castsi256_si128(e));
+    *we_hi = _mm256_cvtph_ps(_mm256_extracti128_si256(e, 1));
+    *wo_lo = _mm256_cvtph_ps(_mm256_castsi256_si128(o));
+    *wo_hi = _mm256_cvtph_ps(_mm256_extracti128_si256(o, 1));
+}
+
+/* Row r (codes p) with nt tokens of x' (stride ldp floats) over chunks of
+ * DSR1_MM_KC_BF16 columns: per chunk the canonical lanes (odd product,
+ * then even, each lane), hsum16, chunk sums added in order. */
+INLINE void fp8_row(const uint8_t *p, int64_t cols, const float *xp, int64_t ldp, int nt, float *y,
+                    int64_t ldy)
+{
+    for (int64_t c0 = 0; c0 < cols; c0 += DSR1_MM_KC_BF16) {
+        const int64_t c1 = c0 + DSR1_MM_KC_BF16 < cols ? c0 + DSR1_MM_KC_BF16 : cols;
+        __m256 l0 = _mm256_setzero_ps(), h0 = l0, l1 = l0, h1 = l0, l2 = l0, h2 = l0, l3 = l0, h3 = l0;
+        for (int64_t c = c0; c < c1; c += 32) {
+            __m256 el, eh, ol, oh;
+            fp8_decode32(p + c, &el, &eh, &ol, &oh);
+#define FP8_STEP(lo, hi, t)                                                             \
+    do {                                                                                \
+        const float *xv = xp + (t) * ldp + c;                                           \
+        lo = _mm256_fmadd_ps(ol, _mm256_loadu_ps(xv + 16), lo);                         \
+        hi = _mm256_fmadd_ps(oh, _mm256_loadu_ps(xv + 24), hi);                         \
+        lo = _mm256_fmadd_ps(el, _mm256_loadu_ps(xv), lo);                              \
+        hi = _mm256_fmadd_ps(eh, _mm256_loadu_ps(xv + 8), hi);                          \
+    } while (0)
+            FP8_STEP(l0, h0, 0);
+            if (nt > 1) FP8_STEP(l1, h1, 1);
+            if (nt > 2) FP8_STEP(l2, h2, 2);
+            if (nt > 3) FP8_STEP(l3, h3, 3);
+#undef FP8_STEP
+        }
+        __m256 lo[4] = {l0, l1, l2, l3}, hi[4] = {h0, h1, h2, h3};
+        for (int t = 0; t < nt; t++) {
+            const float s = hsum16(lo[t], hi[t]);
+            y[t * ldy] = c0 == 0 ? s : y[t * ldy] + s;
+        }
+    }
+}
+
+static void fp8_row_n(const uint8_t *p, int64_t cols, const float *xp, int64_t ldp, int nt, float *y,
+                      int64_t ldy)
+{
+    switch (nt) {
+    case 1: fp8_row(p, cols, xp, ldp, 1, y, ldy); break;
+    case 2: fp8_row(p, cols, xp, ldp, 2, y, ldy); break;
+    case 3: fp8_row(p, cols, xp, ldp, 3, y, ldy); break;
+    default: fp8_row(p, cols, xp, ldp, 4, y, ldy); break;
+    }
+}
+
+enum { MXCSR_FLAGS = 0x3f, MXCSR_BAD = 0x1 | 0x2 | 0x8 | 0x10 }; /* invalid, denormal, overflow, underflow */
+
+/* FP8 in BF16 mode, rows [r0, r1): per 128-row block and 4 tokens, x'
+ * into the task's scratch (4 x ldxb floats), then row by row. */
+static void rows_fp8(const dsr1_mm_job *j, int64_t r0, int64_t r1)
+{
+    const dsr1_wmat *w = j->w;
+    const int64_t cols = w->cols, ldp = j->ldxb;
+    float *xp = j->task_mem;
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr & ~(unsigned)MXCSR_FLAGS);
+    int ok = 1;
+    for (int64_t rb = r0; rb < r1 && ok;) {
+        const int64_t re0 = (rb / w->group + 1) * w->group, re = re0 < r1 ? re0 : r1;
+        for (int t0 = 0; t0 < j->n && ok; t0 += 4) {
+            const int nt = j->n - t0 < 4 ? j->n - t0 : 4;
+            for (int b = 0; b < nt; b++) ok &= fp8_prep_x(j, t0 + b, rb, xp + b * ldp);
+            for (int64_t r = rb; r < re && ok; r++)
+                fp8_row_n((const uint8_t *)w->data + r * cols, cols, xp, ldp, nt, j->y + t0 * j->ldy + r,
+                          j->ldy);
+        }
+        rb = re;
+    }
+    if (!ok || (_mm_getcsr() & MXCSR_BAD)) dsr1_mm_rows_portable(j, r0, r1);
+    _mm_setcsr(csr);
+}
+
+/* ---- F32 mode -------------------------------------------------------------------------------- */
+
+/* Rows w0, w1 (float32, the chunk's len columns, zeros past len) with nt
+ * (1-3) tokens: the canonical 16 lanes per (row, token), 12 chains in
+ * flight at nt = 3 (the fused multiply-add's latency x its two pipes);
+ * masked loads only in the ragged last step. */
+INLINE void f32_chunk(const float *w0, const float *w1, const float *x, int64_t ldx, int nt, int64_t len,
+                      float s[2][3])
+{
+    __m256 a0l = _mm256_setzero_ps(), a0h = a0l, a1l = a0l, a1h = a0l, a2l = a0l, a2h = a0l;
+    __m256 b0l = a0l, b0h = a0l, b1l = a0l, b1h = a0l, b2l = a0l, b2h = a0l;
+#define F32_STEP(LOAD_W, LOAD_X)                                                                do {                                                                                            __m256 u0 = LOAD_W(w0 + k, m0), u1 = LOAD_W(w0 + k + 8, m1);                                __m256 v0 = LOAD_W(w1 + k, m0), v1 = LOAD_W(w1 + k + 8, m1);                                __m256 x0 = LOAD_X(x + k, m0), x1 = LOAD_X(x + k + 8, m1);                                  a0l = _mm256_fmadd_ps(u0, x0, a0l);                                                         a0h = _mm256_fmadd_ps(u1, x1, a0h);                                                         b0l = _mm256_fmadd_ps(v0, x0, b0l);                                                         b0h = _mm256_fmadd_ps(v1, x1, b0h);                                                         if (nt > 1) {                                                                                   x0 = LOAD_X(x + ldx + k, m0);                                                               x1 = LOAD_X(x + ldx + k + 8, m1);                                                           a1l = _mm256_fmadd_ps(u0, x0, a1l);                                                         a1h = _mm256_fmadd_ps(u1, x1, a1h);                                                         b1l = _mm256_fmadd_ps(v0, x0, b1l);                                                         b1h = _mm256_fmadd_ps(v1, x1, b1h);                                                     }                                                                                           if (nt > 2) {                                                                                   x0 = LOAD_X(x + 2 * ldx + k, m0);                                                           x1 = LOAD_X(x + 2 * ldx + k + 8, m1);                                                       a2l = _mm256_fmadd_ps(u0, x0, a2l);                                                         a2h = _mm256_fmadd_ps(u1, x1, a2h);                                                         b2l = _mm256_fmadd_ps(v0, x0, b2l);                                                         b2h = _mm256_fmadd_ps(v1, x1, b2h);                                                     }                                                                                       } while (0)
+#define LOADU(p, m) _mm256_loadu_ps(p)
+#define LOADM(p, m) _mm256_maskload_ps(p, m)
+    int64_t k = 0;
+    {
+        const __m256i m0 = _mm256_setzero_si256(), m1 = m0;
+        (void)m0;
+        (void)m1;
+        for (; k + 16 <= len; k += 16) F32_STEP(LOADU, LOADU);
+    }
+    if (k < len) {
+        const __m256i m0 = lanes_mask(len - k), m1 = lanes_mask(len - k - 8);
+        F32_STEP(LOADM, LOADM);
+    }
+#undef LOADU
+#undef LOADM
+#undef F32_STEP
+    s[0][0] = hsum16(a0l, a0h);
+    s[1][0] = hsum16(b0l, b0h);
+    if (nt > 1) {
+        s[0][1] = hsum16(a1l, a1h);
+        s[1][1] = hsum16(b1l, b1h);
+    }
+    if (nt > 2) {
+        s[0][2] = hsum16(a2l, a2h);
+        s[1][2] = hsum16(b2l, b2h);
+    }
+}
+
+/* F32 mode rows [r0, r1): float32 weights read in place, other types
+ * dequantised a chunk of two rows at a time (dsr1_wmat_dequant_span). */
+static void rows_f32(const dsr1_mm_job *j, int64_t r0, int64_t r1)
+{
+    const dsr1_wmat *w = j->w;
+    const int64_t cols = w->cols;
+    const int direct = w->type == DSR1_T_F32;
+    float buf[2][DSR1_MM_KC_F32];
+    for (int64_t r = r0; r < r1; r += 2) {
+        const int two = r + 1 < r1;
+        for (int64_t c0 = 0; c0 < cols; c0 += DSR1_MM_KC_F32) {
+            const int64_t len = cols - c0 < DSR1_MM_KC_F32 ? cols - c0 : DSR1_MM_KC_F32;
+            const float *w0, *w1;
+            if (direct) {
+                w0 = (const float *)w->data + r * cols + c0;
+                w1 = (const float *)w->data + (r + two) * cols + c0;
+            } else {
+                dsr1_wmat_dequant_span(w, r, c0, len, buf[0]);
+                if (two) dsr1_wmat_dequant_span(w, r + 1, c0, len, buf[1]);
+                w0 = buf[0];
+                w1 = buf[two];
+            }
+            for (int t = 0; t < j->n; t += 3) {
+                const int nt = j->n - t < 3 ? j->n - t : 3;
+                float s[2][3];
+                const float *xt = j->x + t * j->ldx + c0;
+                if (nt == 3)
+                    f32_chunk(w0, w1, xt, j->ldx, 3, len, s);
+                else if (nt == 2)
+                    f32_chunk(w0, w1, xt, j->ldx, 2, len, s);
+                else
+                    f32_chunk(w0, w1, xt, j->ldx, 1, len, s);
+                for (int a = 0; a <= two; a++)
+                    for (int b = 0; b < nt; b++) {
+                        float *y = j->y + (t + b) * j->ldy + r + a;
+                        *y = c0 == 0 ? s[a][b] : *y + s[a][b];
+                    }
+            }
+        }
+    }
+}
+
+/* ---- dispatch ------------------------------------------------------------------------------------- */
+
+void dsr1_mm_rows_avx2(const dsr1_mm_job *j, int64_t r0, int64_t r1)
+{
+    const dsr1_wmat *w = j->w;
+    if (j->act == DSR1_ACT_INT8 && w->type == DSR1_T_INT4) {
+        if (j->xp && w->group % 32 == 0)
+            rows_int(j, W_INT4, r0, r1);
+        else
+            dsr1_mm_rows_portable(j, r0, r1);
+    } else if (j->xgs) {
+        rows_int(j, W_RQ, r0, r1); /* the requantised rows: columns a multiple of 64 */
+    } else if (j->act == DSR1_ACT_INT8 && w->cols % 32 == 0 && (w->group == 0 || w->group % 32 == 0)) {
+        rows_int(j, w->group ? W_INT8_GROUPS : W_INT8, r0, r1);
+    } else if (j->act == DSR1_ACT_BF16 && w->type == DSR1_T_FP8_E4M3 && j->task_mem && w->cols % 32 == 0 &&
+               w->group > 0 && w->group % 32 == 0) {
+        rows_fp8(j, r0, r1);
+    } else if (j->act == DSR1_ACT_F32) {
+        rows_f32(j, r0, r1);
+    } else {
+        dsr1_mm_rows_portable(j, r0, r1);
+    }
+}
