@@ -285,6 +285,45 @@ INLINE __m256i i8_dots(const int8_t *w0, const int8_t *w1, const int8_t *x, int6
     return tile_sums(a0, a1, a2, a3, b0, b1, b2, b3);
 }
 
+/* w4_dots' 2-row x 4-token loop over len columns (a positive multiple of
+ * 32), in assembly for i8_dots4's reason; h steps the code bytes, x is
+ * read at twice h. */
+INLINE __m256i w4_dots4(const uint8_t *p0, const uint8_t *p1, const int8_t *x, int64_t ldx, int64_t len)
+{
+    const __m256i one = _mm256_set1_epi16(1), lo4 = _mm256_set1_epi8(0x0f);
+    const __m256i sh = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+    __m256i a0, a1, a2, a3, b0, b1, b2, b3, u0, u1, xv, t0, t1;
+    const int8_t *x1 = x + ldx, *x2 = x1 + ldx, *x3 = x2 + ldx;
+    int64_t h = 0;
+    const int64_t hend = len / 2;
+#define W4A_TOK(xp, A, B)                                                                   \
+    "vmovdqu (%[" xp "],%[h],2), %[xv]\n\t"                                                \
+    "vpmaddubsw %[xv], %[u0], %[t0]\n\tvpmaddubsw %[xv], %[u1], %[t1]\n\t"                 \
+    "vpmaddwd %[one], %[t0], %[t0]\n\tvpmaddwd %[one], %[t1], %[t1]\n\t"                   \
+    "vpaddd %[t0], %[" A "], %[" A "]\n\tvpaddd %[t1], %[" B "], %[" B "]\n\t"
+    __asm__("vpxor %[a0], %[a0], %[a0]\n\tvpxor %[a1], %[a1], %[a1]\n\t"
+            "vpxor %[a2], %[a2], %[a2]\n\tvpxor %[a3], %[a3], %[a3]\n\t"
+            "vpxor %[b0], %[b0], %[b0]\n\tvpxor %[b1], %[b1], %[b1]\n\t"
+            "vpxor %[b2], %[b2], %[b2]\n\tvpxor %[b3], %[b3], %[b3]\n\t"
+            "1:\n\t"
+            "vbroadcasti128 (%[p0],%[h]), %[u0]\n\t"
+            "vbroadcasti128 (%[p1],%[h]), %[u1]\n\t"
+            "vpsrlvd %[sh], %[u0], %[u0]\n\tvpsrlvd %[sh], %[u1], %[u1]\n\t"
+            "vpand %[lo4], %[u0], %[u0]\n\tvpand %[lo4], %[u1], %[u1]\n\t"
+            W4A_TOK("x0", "a0", "b0") W4A_TOK("x1", "a1", "b1") W4A_TOK("x2", "a2", "b2") W4A_TOK("x3", "a3", "b3")
+            "add $16, %[h]\n\t"
+            "cmp %[hend], %[h]\n\t"
+            "jl 1b\n\t"
+            : [a0] "=&x"(a0), [a1] "=&x"(a1), [a2] "=&x"(a2), [a3] "=&x"(a3), [b0] "=&x"(b0), [b1] "=&x"(b1),
+              [b2] "=&x"(b2), [b3] "=&x"(b3), [u0] "=&x"(u0), [u1] "=&x"(u1), [xv] "=&x"(xv), [t0] "=&x"(t0),
+              [t1] "=&x"(t1), [h] "+r"(h)
+            : [one] "x"(one), [lo4] "x"(lo4), [sh] "x"(sh), [p0] "r"(p0), [p1] "r"(p1), [x0] "r"(x), [x1] "r"(x1),
+              [x2] "r"(x2), [x3] "r"(x3), [hend] "r"(hend)
+            : "cc", "memory");
+#undef W4A_TOK
+    return tile_sums(a0, a1, a2, a3, b0, b1, b2, b3);
+}
+
 /* The same for 4-bit codes (0..15, packed, even column in the low
  * nibble) against xp (dsr1_mm_w4_prep_avx2's order): without the -8. */
 INLINE __m256i w4_dots(const uint8_t *p0, const uint8_t *p1, const int8_t *xp, int64_t ldx, int nt,
@@ -292,6 +331,7 @@ INLINE __m256i w4_dots(const uint8_t *p0, const uint8_t *p1, const int8_t *xp, i
 {
     const __m256i one = _mm256_set1_epi16(1), lo4 = _mm256_set1_epi8(0x0f);
     const __m256i sh = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+    if (nt == 4 && len > 0) return w4_dots4(p0, p1, xp, ldx, len);
     __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
 #define W4_STEP(acc_a, acc_b, t)                                                                  \
     do {                                                                                          \
@@ -317,12 +357,22 @@ INLINE __m256i w4_dots(const uint8_t *p0, const uint8_t *p1, const int8_t *xp, i
 
 /* A tile's per-lane factor from a value per row (lanes 0-3: r0, 4-7: r1)
  * and one per token (both halves). */
-INLINE __m256 per_row(float r0, float r1) { return _mm256_setr_ps(r0, r0, r0, r0, r1, r1, r1, r1); }
+INLINE __m256 per_row(float r0, float r1)
+{
+    return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_set1_ps(r0)), _mm_set1_ps(r1), 1);
+}
 INLINE __m256 per_tok(const float *v, int64_t stride, int nt)
 {
     float t[4];
     for (int b = 0; b < 4; b++) t[b] = b < nt ? v[b * stride] : 0.0f;
     return _mm256_setr_ps(t[0], t[1], t[2], t[3], t[0], t[1], t[2], t[3]);
+}
+
+INLINE __m256i per_tok_i(const int32_t *v, int64_t stride, int nt)
+{
+    int32_t t[4];
+    for (int b = 0; b < 4; b++) t[b] = b < nt ? v[b * stride] : 0;
+    return _mm256_setr_epi32(t[0], t[1], t[2], t[3], t[0], t[1], t[2], t[3]);
 }
 
 /* Write a tile's 8 results (rows r, r+1 if two; nt tokens). */
@@ -350,7 +400,7 @@ INLINE float scale_at(const dsr1_wmat *w, int64_t i)
 /* One 2-row x nt-token tile over all columns, the canonical epilogue of
  * matmul.c's row_int8 / row_int8_groups / row_int4 in each lane (the same
  * float operations in the same order, 8 (row, token) pairs at a time). */
-INLINE void int_tile(const dsr1_mm_job *j, int kind, int64_t r, int two, int t0, int nt)
+INLINE void int_tile(const dsr1_mm_job *j, int kind, int64_t r, int two, int t0, int nt, const __m256 *tok)
 {
     const dsr1_wmat *w = j->w;
     const int64_t cols = w->cols;
@@ -364,7 +414,7 @@ INLINE void int_tile(const dsr1_mm_job *j, int kind, int64_t r, int two, int t0,
     }
     const int64_t g = kind == W_RQ ? DSR1_MM_XG : w->group;
     /* dsr1_wmat_scale's index of (row, group) for the grouped types */
-    const int64_t s0 = kind == W_RQ ? 0 : r * (cols / g), s1 = kind == W_RQ ? 0 : (r + two) * (cols / g);
+    const int64_t s0 = kind == W_RQ ? r * j->ldg : r * (cols / g), s1 = kind == W_RQ ? (r + two) * j->ldg : (r + two) * (cols / g);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t c0 = 0, gi = 0; c0 < cols; c0 += g, gi++) {
         const int64_t len = cols - c0 < g ? cols - c0 : g;
@@ -373,17 +423,15 @@ INLINE void int_tile(const dsr1_mm_job *j, int kind, int64_t r, int two, int t0,
         if (kind == W_INT4) {
             const uint8_t *q = (const uint8_t *)w->data + r * (cols / 2) + c0 / 2;
             dot = w4_dots(q, q + two * (cols / 2), j->xp + t0 * j->ldxp + c0, j->ldxp, nt, len);
-            int32_t xg[4];
-            for (int b = 0; b < 4; b++) xg[b] = b < nt ? j->xg[(t0 + b) * j->ldxg + gi] : 0;
-            dot = _mm256_add_epi32(dot, _mm256_setr_epi32(xg[0], xg[1], xg[2], xg[3], xg[0], xg[1], xg[2], xg[3]));
+            dot = _mm256_add_epi32(dot, tok ? _mm256_castps_si256(tok[gi]) : per_tok_i(j->xg + t0 * j->ldxg + gi, j->ldxg, nt));
             s = per_row(scale_at(w, s0 + gi), scale_at(w, s1 + gi));
         } else {
             const int8_t *q = (const int8_t *)w->data + r * cols + c0;
             dot = i8_dots(q, q + two * cols, j->xq + t0 * j->ldxq + c0, j->ldxq, nt, len);
             if (kind == W_RQ) { /* s_w[r][g] * s_x[t][g] */
                 const float *sw = w->scale;
-                s = _mm256_mul_ps(per_row(sw[r * j->ldg + gi], sw[(r + two) * j->ldg + gi]),
-                                  per_tok(j->xgs + t0 * j->ldg + gi, j->ldg, nt));
+                s = _mm256_mul_ps(per_row(sw[s0 + gi], sw[s1 + gi]),
+                                  tok ? tok[gi] : per_tok(j->xgs + t0 * j->ldg + gi, j->ldg, nt));
             } else {
                 s = per_row(scale_at(w, s0 + gi), scale_at(w, s1 + gi));
             }
@@ -394,13 +442,13 @@ INLINE void int_tile(const dsr1_mm_job *j, int kind, int64_t r, int two, int t0,
     tile_store(acc, j->y + t0 * j->ldy + r, j->ldy, two, nt);
 }
 
-static void int_tile_n(const dsr1_mm_job *j, int kind, int64_t r, int two, int t0, int nt)
+static void int_tile_n(const dsr1_mm_job *j, int kind, int64_t r, int two, int t0, int nt, const __m256 *tok)
 {
     switch (nt) {
-    case 1: int_tile(j, kind, r, two, t0, 1); break;
-    case 2: int_tile(j, kind, r, two, t0, 2); break;
-    case 3: int_tile(j, kind, r, two, t0, 3); break;
-    default: int_tile(j, kind, r, two, t0, 4); break;
+    case 1: int_tile(j, kind, r, two, t0, 1, tok); break;
+    case 2: int_tile(j, kind, r, two, t0, 2, tok); break;
+    case 3: int_tile(j, kind, r, two, t0, 3, tok); break;
+    default: int_tile(j, kind, r, two, t0, 4, tok); break;
     }
 }
 
@@ -442,16 +490,28 @@ static void w4_gemv4(const dsr1_mm_job *j, int64_t r)
 
 /* W8A8 / W4A8 rows [r0, r1): blocks of I8_RB rows (L2) for each 4-token
  * tile, row pairs inside (two rows' weights, each x load serving both). */
+#define TOK_MAXG 256 /* groups whose per-token factors rows_int tabulates */
+
 static void rows_int(const dsr1_mm_job *j, int kind, int64_t r0, int64_t r1)
 {
     const int64_t RB = j->n <= 4 ? 2 : I8_RB;
     if (kind == W_INT4 && j->n == 1)
         for (; r0 + 4 <= r1; r0 += 4) w4_gemv4(j, r0);
+    /* the grouped kinds' per-token factor of each group (FP8 as W8A8: x's
+     * scales; W4A8: x's -8 x sum), once per token tile and row block
+     * rather than gathered in every tile */
+    const int64_t ng = kind == W_RQ ? j->ldg : kind == W_INT4 ? j->w->cols / j->w->group : 0;
+    __m256 tok[TOK_MAXG];
+    const int tab = ng > 0 && ng <= TOK_MAXG;
     for (int64_t rb = r0; rb < r1; rb += RB) {
         const int64_t re = rb + RB < r1 ? rb + RB : r1;
-        for (int t0 = 0; t0 < j->n; t0 += 4)
-            for (int64_t r = rb; r < re; r += 2)
-                int_tile_n(j, kind, r, r + 1 < re, t0, j->n - t0 < 4 ? j->n - t0 : 4);
+        for (int t0 = 0; t0 < j->n; t0 += 4) {
+            const int nt = j->n - t0 < 4 ? j->n - t0 : 4;
+            for (int64_t gi = 0; tab && gi < ng; gi++)
+                tok[gi] = kind == W_RQ ? per_tok(j->xgs + t0 * j->ldg + gi, j->ldg, nt)
+                                       : _mm256_castsi256_ps(per_tok_i(j->xg + t0 * j->ldxg + gi, j->ldxg, nt));
+            for (int64_t r = rb; r < re; r += 2) int_tile_n(j, kind, r, r + 1 < re, t0, nt, tab ? tok : NULL);
+        }
     }
 }
 
@@ -529,48 +589,70 @@ INLINE void fp8_decode32(const uint8_t *p, __m256 *we_lo, __m256 *we_hi, __m256 
     *wo_hi = _mm256_cvtph_ps(_mm256_extracti128_si256(o, 1));
 }
 
-/* Row r (codes p) with nt tokens of x' (stride ldp floats) over chunks of
- * DSR1_MM_KC_BF16 columns: per chunk the canonical lanes (odd product,
- * then even, each lane), hsum16, chunk sums added in order. */
-INLINE void fp8_row(const uint8_t *p, int64_t cols, const float *xp, int64_t ldp, int nt, float *y,
-                    int64_t ldy)
+/* R rows (codes p, stride cols) with nt tokens of x' (stride ldp floats)
+ * over chunks of DSR1_MM_KC_BF16 columns: per chunk the canonical lanes
+ * of each (row, token) (odd product, then even), hsum16, chunk sums added
+ * in order. R x nt is at least 4 where there are rows for it: each pair of
+ * accumulators is a chain of dependent fused multiply-adds, and fewer than
+ * 8 chains leave the two FMA pipes waiting on their latency (one row at a
+ * time, one token: 9.6 GB/s from DRAM where W8A8 streams 17.8). */
+#define FP8_R 4
+INLINE void fp8_tile(const uint8_t *p, int64_t cols, int R, const float *xp, int64_t ldp, int nt, float *y,
+                     int64_t ldy)
 {
     for (int64_t c0 = 0; c0 < cols; c0 += DSR1_MM_KC_BF16) {
         const int64_t c1 = c0 + DSR1_MM_KC_BF16 < cols ? c0 + DSR1_MM_KC_BF16 : cols;
-        __m256 l0 = _mm256_setzero_ps(), h0 = l0, l1 = l0, h1 = l0, l2 = l0, h2 = l0, l3 = l0, h3 = l0;
+        __m256 lo[FP8_R][4], hi[FP8_R][4];
+#pragma GCC unroll 4
+        for (int a = 0; a < R; a++)
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++) lo[a][t] = hi[a][t] = _mm256_setzero_ps();
         for (int64_t c = c0; c < c1; c += 32) {
-            __m256 el, eh, ol, oh;
-            fp8_decode32(p + c, &el, &eh, &ol, &oh);
-#define FP8_STEP(lo, hi, t)                                                             \
-    do {                                                                                \
-        const float *xv = xp + (t) * ldp + c;                                           \
-        lo = _mm256_fmadd_ps(ol, _mm256_loadu_ps(xv + 16), lo);                         \
-        hi = _mm256_fmadd_ps(oh, _mm256_loadu_ps(xv + 24), hi);                         \
-        lo = _mm256_fmadd_ps(el, _mm256_loadu_ps(xv), lo);                              \
-        hi = _mm256_fmadd_ps(eh, _mm256_loadu_ps(xv + 8), hi);                          \
-    } while (0)
-            FP8_STEP(l0, h0, 0);
-            if (nt > 1) FP8_STEP(l1, h1, 1);
-            if (nt > 2) FP8_STEP(l2, h2, 2);
-            if (nt > 3) FP8_STEP(l3, h3, 3);
-#undef FP8_STEP
+#pragma GCC unroll 4
+            for (int a = 0; a < R; a++) {
+                __m256 el, eh, ol, oh;
+                fp8_decode32(p + a * cols + c, &el, &eh, &ol, &oh);
+#pragma GCC unroll 4
+                for (int t = 0; t < nt; t++) {
+                    const float *xv = xp + t * ldp + c;
+                    lo[a][t] = _mm256_fmadd_ps(ol, _mm256_loadu_ps(xv + 16), lo[a][t]);
+                    hi[a][t] = _mm256_fmadd_ps(oh, _mm256_loadu_ps(xv + 24), hi[a][t]);
+                    lo[a][t] = _mm256_fmadd_ps(el, _mm256_loadu_ps(xv), lo[a][t]);
+                    hi[a][t] = _mm256_fmadd_ps(eh, _mm256_loadu_ps(xv + 8), hi[a][t]);
+                }
+            }
         }
-        __m256 lo[4] = {l0, l1, l2, l3}, hi[4] = {h0, h1, h2, h3};
-        for (int t = 0; t < nt; t++) {
-            const float s = hsum16(lo[t], hi[t]);
-            y[t * ldy] = c0 == 0 ? s : y[t * ldy] + s;
-        }
+        for (int a = 0; a < R; a++)
+            for (int t = 0; t < nt; t++) {
+                const float s = hsum16(lo[a][t], hi[a][t]);
+                float *o = y + t * ldy + a;
+                *o = c0 == 0 ? s : *o + s;
+            }
     }
 }
 
-static void fp8_row_n(const uint8_t *p, int64_t cols, const float *xp, int64_t ldp, int nt, float *y,
-                      int64_t ldy)
+/* Rows [r, re) of one 128-row block with nt tokens: R rows at a time as
+ * above (4 for one token, 2 for two or three, 1 for four), then singly. */
+static void fp8_rows(const uint8_t *p, int64_t cols, int64_t n_rows, const float *xp, int64_t ldp, int nt,
+                     float *y, int64_t ldy)
 {
+    int64_t a = 0;
     switch (nt) {
-    case 1: fp8_row(p, cols, xp, ldp, 1, y, ldy); break;
-    case 2: fp8_row(p, cols, xp, ldp, 2, y, ldy); break;
-    case 3: fp8_row(p, cols, xp, ldp, 3, y, ldy); break;
-    default: fp8_row(p, cols, xp, ldp, 4, y, ldy); break;
+    case 1:
+        for (; a + 4 <= n_rows; a += 4) fp8_tile(p + a * cols, cols, 4, xp, ldp, 1, y + a, ldy);
+        for (; a < n_rows; a++) fp8_tile(p + a * cols, cols, 1, xp, ldp, 1, y + a, ldy);
+        break;
+    case 2:
+        for (; a + 2 <= n_rows; a += 2) fp8_tile(p + a * cols, cols, 2, xp, ldp, 2, y + a, ldy);
+        for (; a < n_rows; a++) fp8_tile(p + a * cols, cols, 1, xp, ldp, 2, y + a, ldy);
+        break;
+    case 3:
+        for (; a + 2 <= n_rows; a += 2) fp8_tile(p + a * cols, cols, 2, xp, ldp, 3, y + a, ldy);
+        for (; a < n_rows; a++) fp8_tile(p + a * cols, cols, 1, xp, ldp, 3, y + a, ldy);
+        break;
+    default:
+        for (; a < n_rows; a++) fp8_tile(p + a * cols, cols, 1, xp, ldp, 4, y + a, ldy);
+        break;
     }
 }
 
@@ -591,9 +673,9 @@ static void rows_fp8(const dsr1_mm_job *j, int64_t r0, int64_t r1)
         for (int t0 = 0; t0 < j->n && ok; t0 += 4) {
             const int nt = j->n - t0 < 4 ? j->n - t0 : 4;
             for (int b = 0; b < nt; b++) ok &= fp8_prep_x(j, t0 + b, rb, xp + b * ldp);
-            for (int64_t r = rb; r < re && ok; r++)
-                fp8_row_n((const uint8_t *)w->data + r * cols, cols, xp, ldp, nt, j->y + t0 * j->ldy + r,
-                          j->ldy);
+            if (ok)
+                fp8_rows((const uint8_t *)w->data + rb * cols, cols, re - rb, xp, ldp, nt, j->y + t0 * j->ldy + rb,
+                         j->ldy);
         }
         rb = re;
     }
