@@ -156,8 +156,15 @@ static int make_mat(bench_mat *m, dsr1_type type, int64_t rows, int64_t cols)
     m->scale = sbytes ? malloc(sbytes) : NULL;
     if (!m->data || (sbytes && !m->scale)) return -1;
     fill_random(m->data, dbytes, (uint64_t)type);
-    if (type == DSR1_T_BF16) /* random bits make NaNs: use values in [-1, 1] */
-        for (size_t i = 0; i < n; i++) ((uint16_t *)m->data)[i] &= 0xbf7f;
+    /* Random bits make NaNs, and exponents spread down to the denormals
+     * (half the values below 2^-64, where products underflow and the AVX2
+     * kernels hand the task to the portable one): magnitudes in [2^-15, 1)
+     * instead, any sign and mantissa, as trained weights have. */
+    if (type == DSR1_T_BF16)
+        for (size_t i = 0; i < n; i++) {
+            uint16_t *v = (uint16_t *)m->data + i;
+            *v = (uint16_t)((*v & 0x807f) | ((112u + ((*v >> 7) & 15u)) << 7));
+        }
     if (type == DSR1_T_FP8_E4M3)
         for (size_t i = 0; i < n; i++)
             if ((((uint8_t *)m->data)[i] & 0x7f) == 0x7f) ((uint8_t *)m->data)[i] = 0x7e;

@@ -148,6 +148,36 @@ DSR1_TEST(kernels_avx2_fp8_fallback_cases)
     dsr1_test_mat_free(&m);
 }
 
+/* BF16 weights in BF16 mode (R1's BF16 checkpoints, V2-Lite, BF16 LM
+ * heads): the tile shapes of 1-4 tokens, odd rows, two 2048-column
+ * chunks; then denormal weights and tiny x, which the canonical order
+ * flushes and the kernel hands to the portable one. */
+DSR1_TEST(kernels_avx2_bf16_match_portable)
+{
+    SKIP_NO_AVX2();
+    dsr1_pool *pool = NULL;
+    dsr1_error err = {0};
+    CHECK_OK(dsr1_pool_create(&pool, 2, &err), &err);
+    static const int64_t cols_list[] = {256, 4160, 301};
+    for (int ci = 0; ci < 3; ci++) {
+        const int64_t cols = cols_list[ci];
+        tmat m = dsr1_test_mat(DSR1_T_BF16, 43, cols, 0, 1100 + (uint64_t)ci);
+        float *x = rand_x(37, cols + 3, 51 + (uint64_t)ci, -2, 2);
+        for (int ni = 0; ni < NTOK; ni++)
+            same_as_portable(t, pool, &m, x, cols + 3, tok_counts[ni], DSR1_ACT_BF16, "bf16");
+        if (ci == 0) {
+            uint16_t *wd = m.data;
+            for (int64_t i = 0; i < 43 * cols; i += 97) wd[i] = (uint16_t)(0x0012 | (i & 1) << 15); /* denormals */
+            same_as_portable(t, pool, &m, x, cols + 3, 1, DSR1_ACT_BF16, "bf16 denormal w");
+            for (int64_t i = 0; i < 5 * (cols + 3); i++) x[i] *= 1e-36f;
+            same_as_portable(t, pool, &m, x, cols + 3, 5, DSR1_ACT_BF16, "bf16 tiny x");
+        }
+        free(x);
+        dsr1_test_mat_free(&m);
+    }
+    dsr1_pool_free(pool);
+}
+
 /* F32 mode: float32 weights read in place (the naive MLA form's products)
  * and other types dequantised, the canonical 16 lanes. */
 DSR1_TEST(kernels_avx2_f32_match_portable)

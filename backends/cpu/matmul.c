@@ -45,9 +45,11 @@ int dsr1_mm_avx512_usable(void)
 
 int dsr1_mm_avx2_usable(void)
 {
+    /* F16C (the FP8 decode's vcvtph2ps) came before AVX2 on both vendors
+     * (Ivy Bridge, Piledriver): every AVX2 CPU has it, and clang 14's
+     * __builtin_cpu_supports does not know the name. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #else
     return 0;
 #endif

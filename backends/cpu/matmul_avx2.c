@@ -683,6 +683,94 @@ static void rows_fp8(const dsr1_mm_job *j, int64_t r0, int64_t r1)
     _mm_setcsr(csr);
 }
 
+/* ---- BF16 weights in BF16 mode --------------------------------------------------------------- */
+
+/* R rows of bf16 weights (stride ldw) with nt tokens of xb (bf16, stride
+ * ldx) over chunks of DSR1_MM_KC_BF16 columns, the canonical order
+ * exactly: a 32-bit element holds columns 2l (low half) and 2l+1 (high),
+ * so the odd column's float is the element & 0xffff0000 and the even
+ * one's the element << 16; per lane acc + odd product, then + even
+ * product, each rounded (multiply, then add: no fused step, so inexact
+ * denormal products round as vdpbf16ps's emulation does). Only the flush
+ * of denormal sums is left out: rows_bf16w checks MXCSR for it. */
+INLINE void bf16_tile(const uint16_t *p, int64_t ldw, int R, const uint16_t *xb, int64_t ldx, int nt,
+                      int64_t cols, float *y, int64_t ldy)
+{
+    const __m256i hi16 = _mm256_set1_epi32((int)0xffff0000u);
+    for (int64_t c0 = 0; c0 < cols; c0 += DSR1_MM_KC_BF16) {
+        const int64_t c1 = c0 + DSR1_MM_KC_BF16 < cols ? c0 + DSR1_MM_KC_BF16 : cols;
+        __m256 lo[FP8_R][4], hi[FP8_R][4];
+#pragma GCC unroll 4
+        for (int a = 0; a < R; a++)
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++) lo[a][t] = hi[a][t] = _mm256_setzero_ps();
+        for (int64_t c = c0; c < c1; c += 32) {
+#pragma GCC unroll 4
+            for (int a = 0; a < R; a++) {
+                const __m256i v0 = _mm256_loadu_si256((const __m256i *)(p + a * ldw + c));
+                const __m256i v1 = _mm256_loadu_si256((const __m256i *)(p + a * ldw + c + 16));
+                const __m256 ol = _mm256_castsi256_ps(_mm256_and_si256(v0, hi16));
+                const __m256 el = _mm256_castsi256_ps(_mm256_slli_epi32(v0, 16));
+                const __m256 oh = _mm256_castsi256_ps(_mm256_and_si256(v1, hi16));
+                const __m256 eh = _mm256_castsi256_ps(_mm256_slli_epi32(v1, 16));
+#pragma GCC unroll 4
+                for (int t = 0; t < nt; t++) {
+                    const __m256i x0 = _mm256_loadu_si256((const __m256i *)(xb + t * ldx + c));
+                    const __m256i x1 = _mm256_loadu_si256((const __m256i *)(xb + t * ldx + c + 16));
+                    lo[a][t] = _mm256_add_ps(lo[a][t], _mm256_mul_ps(ol, _mm256_castsi256_ps(_mm256_and_si256(x0, hi16))));
+                    hi[a][t] = _mm256_add_ps(hi[a][t], _mm256_mul_ps(oh, _mm256_castsi256_ps(_mm256_and_si256(x1, hi16))));
+                    lo[a][t] = _mm256_add_ps(lo[a][t], _mm256_mul_ps(el, _mm256_castsi256_ps(_mm256_slli_epi32(x0, 16))));
+                    hi[a][t] = _mm256_add_ps(hi[a][t], _mm256_mul_ps(eh, _mm256_castsi256_ps(_mm256_slli_epi32(x1, 16))));
+                }
+            }
+        }
+        for (int a = 0; a < R; a++)
+            for (int t = 0; t < nt; t++) {
+                const float s = hsum16(lo[a][t], hi[a][t]);
+                float *o = y + t * ldy + a;
+                *o = c0 == 0 ? s : *o + s;
+            }
+    }
+}
+
+/* BF16 weights in BF16 mode, rows [r0, r1), 4 tokens at a time: R rows
+ * per tile as fp8_rows chooses them; a denormal anywhere (a sum the
+ * canonical order would flush, a denormal weight it would flush first),
+ * or an invalid operation, and the task's rows go to the portable kernel. */
+static void rows_bf16w(const dsr1_mm_job *j, int64_t r0, int64_t r1)
+{
+    const dsr1_wmat *w = j->w;
+    const int64_t cols = w->cols;
+    const uint16_t *q = w->data;
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr & ~(unsigned)MXCSR_FLAGS);
+    for (int t0 = 0; t0 < j->n; t0 += 4) {
+        const int nt = j->n - t0 < 4 ? j->n - t0 : 4;
+        const uint16_t *xb = j->xb + t0 * j->ldxb;
+        float *y = j->y + t0 * j->ldy;
+        int64_t r = r0;
+        switch (nt) {
+        case 1:
+            for (; r + 4 <= r1; r += 4) bf16_tile(q + r * cols, cols, 4, xb, j->ldxb, 1, cols, y + r, j->ldy);
+            for (; r < r1; r++) bf16_tile(q + r * cols, cols, 1, xb, j->ldxb, 1, cols, y + r, j->ldy);
+            break;
+        case 2:
+            for (; r + 2 <= r1; r += 2) bf16_tile(q + r * cols, cols, 2, xb, j->ldxb, 2, cols, y + r, j->ldy);
+            for (; r < r1; r++) bf16_tile(q + r * cols, cols, 1, xb, j->ldxb, 2, cols, y + r, j->ldy);
+            break;
+        case 3:
+            for (; r + 2 <= r1; r += 2) bf16_tile(q + r * cols, cols, 2, xb, j->ldxb, 3, cols, y + r, j->ldy);
+            for (; r < r1; r++) bf16_tile(q + r * cols, cols, 1, xb, j->ldxb, 3, cols, y + r, j->ldy);
+            break;
+        default:
+            for (; r < r1; r++) bf16_tile(q + r * cols, cols, 1, xb, j->ldxb, 4, cols, y + r, j->ldy);
+            break;
+        }
+    }
+    if (_mm_getcsr() & MXCSR_BAD) dsr1_mm_rows_portable(j, r0, r1);
+    _mm_setcsr(csr);
+}
+
 /* ---- F32 mode -------------------------------------------------------------------------------- */
 
 /* Rows w0, w1 (float32, the chunk's len columns, zeros past len) with nt
@@ -782,6 +870,8 @@ void dsr1_mm_rows_avx2(const dsr1_mm_job *j, int64_t r0, int64_t r1)
     } else if (j->act == DSR1_ACT_BF16 && w->type == DSR1_T_FP8_E4M3 && j->task_mem && w->cols % 32 == 0 &&
                w->group > 0 && w->group % 32 == 0) {
         rows_fp8(j, r0, r1);
+    } else if (j->act == DSR1_ACT_BF16 && w->type == DSR1_T_BF16 && j->xb && w->cols % 32 == 0) {
+        rows_bf16w(j, r0, r1);
     } else if (j->act == DSR1_ACT_F32) {
         rows_f32(j, r0, r1);
     } else {
