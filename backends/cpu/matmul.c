@@ -528,6 +528,8 @@ static void run_rows(const mm_task *mt, const dsr1_mm_job *j, int64_t r0, int64_
         tj.w = &t;
         tj.y = j->y + r;
         tj.rq = 0;
+        /* the AVX2 kernel's interleaved copy goes after the codes */
+        tj.task_mem = mt->avx2 ? q + DSR1_MM_RQ_ROWS * cols : NULL;
         mt->rows(&tj, 0, pr);
     }
 }
@@ -628,8 +630,10 @@ static void call_setup(mm_call *c, dsr1_pool *p, const dsr1_wmat *w, const dsr1_
                                     DSR1_MM_BIG_BYTES;
     else if (j.act == DSR1_ACT_BF16 && n > 4)
         j.task_bytes = DSR1_MM_BIG_BYTES; /* the big weight panel */
-    else if (j.rq) /* the requantised rows: scales, codes */
-        j.task_bytes = DSR1_MM_RQ_ROWS * ((size_t)j.ldg * sizeof(float) + (size_t)w->cols);
+    else if (j.act == DSR1_ACT_INT8 && w->type == DSR1_T_INT4 && c->avx2 && n > 4 && w->group % 32 == 0)
+        j.task_bytes = 16 * ((size_t)w->cols + (size_t)(w->cols / w->group) * sizeof(float)); /* 16 rows' codes */
+    else if (j.rq) /* the requantised rows: scales, codes (AVX2: twice, the second interleaved) */
+        j.task_bytes = DSR1_MM_RQ_ROWS * ((size_t)j.ldg * sizeof(float) + (size_t)w->cols) * (c->avx2 ? 2 : 1);
     j.task_bytes = (j.task_bytes + 63) & ~(size_t)63;
     int64_t per = task_rows(&j, dsr1_pool_size(p));
     c->ntasks = (int)((w->rows + per - 1) / per);

@@ -392,7 +392,12 @@ enum { W_INT8, W_INT8_GROUPS, W_RQ, W_INT4 };
  * one per row and group). */
 INLINE float scale_at(const dsr1_wmat *w, int64_t i)
 {
-    if (w->scale_type == DSR1_T_F16) return dsr1_f16_to_f32(((const uint16_t *)w->scale)[i]);
+    if (w->scale_type == DSR1_T_F16) {
+        /* F16C's conversion is exact and dsr1_f16_to_f32's but for NaN
+         * (it sets the quiet bit): those go the scalar way */
+        const uint16_t h = ((const uint16_t *)w->scale)[i];
+        return (h & 0x7c00) == 0x7c00 ? dsr1_f16_to_f32(h) : _cvtsh_ss(h);
+    }
     if (w->scale_type == DSR1_T_BF16) return dsr1_bf16_to_f32(((const uint16_t *)w->scale)[i]);
     return ((const float *)w->scale)[i];
 }
@@ -511,6 +516,228 @@ static void rows_int(const dsr1_mm_job *j, int kind, int64_t r0, int64_t r1)
                 tok[gi] = kind == W_RQ ? per_tok(j->xgs + t0 * j->ldg + gi, j->ldg, nt)
                                        : _mm256_castsi256_ps(per_tok_i(j->xg + t0 * j->ldxg + gi, j->ldxg, nt));
             for (int64_t r = rb; r < re; r += 2) int_tile_n(j, kind, r, r + 1 < re, t0, nt, tab ? tok : NULL);
+        }
+    }
+}
+
+/* ---- FP8 as W8A8, rows in lanes ----------------------------------------------------------------- */
+
+/* The 2x4 tile above reduces 8 accumulators at the end of every scale
+ * group: at FP8's 128-column groups that reduction and its epilogue cost
+ * as much as a third of the group's dot steps (FP8 prefill ran at 0.57x
+ * INT8's). Here the requantised rows are interleaved 8 to a vector (32
+ * bytes: 4 columns of each of 8 rows), x's 4 columns broadcast, so a
+ * lane ends a group holding its row's exact dot, and the epilogue is one
+ * convert and one fused multiply-add per 8 rows and token - the canonical
+ * acc = fma(dot, s_w * s_x, acc) of each lane. */
+
+/* Octet o's panel: for quad k (columns 4k..4k+3), 32 bytes of which
+ * bytes 4 rr .. 4 rr + 3 are row 8 o + rr's codes (zeros past the last
+ * row); sct[(o ng + g) 8 + rr] its scale of group g. */
+static void rq_panel(const dsr1_mm_job *j, int64_t r0, int64_t r1, uint8_t *pan, float *sct)
+{
+    const dsr1_wmat *w = j->w;
+    const int64_t cols = w->cols, ng = j->ldg, quads = cols / 4;
+    const int8_t *q = w->data;
+    const float *sw = w->scale;
+    for (int64_t o = 0; 8 * o < r1 - r0; o++)
+        for (int rr = 0; rr < 8; rr++) {
+            const int64_t r = r0 + 8 * o + rr;
+            uint32_t *dst = (uint32_t *)(pan + o * 8 * cols) + rr;
+            if (r < r1) {
+                const int8_t *src = q + r * cols;
+                for (int64_t k = 0; k < quads; k++) memcpy(dst + 8 * k, src + 4 * k, 4);
+            } else {
+                for (int64_t k = 0; k < quads; k++) dst[8 * k] = 0;
+            }
+            for (int64_t gi = 0; gi < ng; gi++) sct[(o * ng + gi) * 8 + rr] = r < r1 ? sw[r * ng + gi] : 0.0f;
+        }
+}
+
+/* Exact dots of two octets (panels p0, p1 at a group's start) with 4
+ * token rows of x (at the group's start) over len columns (a positive
+ * multiple of 4): a[t] lane rr = row 8 o + rr of p0 with token t, b[t]
+ * the same for p1. All 16 ymm registers, as i8_dots4. */
+INLINE void rq_dots(const uint8_t *p0, const uint8_t *p1, const int8_t *x0, const int8_t *x1, const int8_t *x2,
+                    const int8_t *x3, int64_t len, __m256i a[4], __m256i b[4])
+{
+    const __m256i one = _mm256_set1_epi16(1);
+    __m256i v0, v1, u0, u1, xv, t0, t1;
+    int64_t k = 0;
+#define RQ_TOK(xp, A, B)                                                                        \
+    "vpbroadcastd (%[" xp "],%[k]), %[xv]\n\t"                                                  \
+    "vpsignb %[v0], %[xv], %[t0]\n\tvpsignb %[v1], %[xv], %[t1]\n\t"                              \
+    "vpmaddubsw %[t0], %[u0], %[t0]\n\tvpmaddubsw %[t1], %[u1], %[t1]\n\t"                        \
+    "vpmaddwd %[one], %[t0], %[t0]\n\tvpmaddwd %[one], %[t1], %[t1]\n\t"                          \
+    "vpaddd %[t0], %[" A "], %[" A "]\n\tvpaddd %[t1], %[" B "], %[" B "]\n\t"
+    __asm__("vpxor %[a0], %[a0], %[a0]\n\tvpxor %[a1], %[a1], %[a1]\n\t"
+            "vpxor %[a2], %[a2], %[a2]\n\tvpxor %[a3], %[a3], %[a3]\n\t"
+            "vpxor %[b0], %[b0], %[b0]\n\tvpxor %[b1], %[b1], %[b1]\n\t"
+            "vpxor %[b2], %[b2], %[b2]\n\tvpxor %[b3], %[b3], %[b3]\n\t"
+            "1:\n\t"
+            "vmovdqu (%[p0],%[k],8), %[v0]\n\t"
+            "vmovdqu (%[p1],%[k],8), %[v1]\n\t"
+            "vpabsb %[v0], %[u0]\n\t"
+            "vpabsb %[v1], %[u1]\n\t"
+            RQ_TOK("x0", "a0", "b0") RQ_TOK("x1", "a1", "b1") RQ_TOK("x2", "a2", "b2") RQ_TOK("x3", "a3", "b3")
+            "add $4, %[k]\n\t"
+            "cmp %[len], %[k]\n\t"
+            "jl 1b\n\t"
+            : [a0] "=&x"(a[0]), [a1] "=&x"(a[1]), [a2] "=&x"(a[2]), [a3] "=&x"(a[3]), [b0] "=&x"(b[0]),
+              [b1] "=&x"(b[1]), [b2] "=&x"(b[2]), [b3] "=&x"(b[3]), [v0] "=&x"(v0), [v1] "=&x"(v1),
+              [u0] "=&x"(u0), [u1] "=&x"(u1), [xv] "=&x"(xv), [t0] "=&x"(t0), [t1] "=&x"(t1), [k] "+r"(k)
+            : [one] "x"(one), [p0] "r"(p0), [p1] "r"(p1), [x0] "r"(x0), [x1] "r"(x1), [x2] "r"(x2),
+              [x3] "r"(x3), [len] "r"(len)
+            : "cc", "memory");
+#undef RQ_TOK
+}
+
+/* An rq job's requantised rows [r0, r1) (at most DSR1_MM_RQ_ROWS; the
+ * task's scratch holds the panels, DSR1_MM_RQ_ROWS x cols bytes, then the
+ * scales, DSR1_MM_RQ_ROWS x ldg floats). */
+static void rows_rq_lanes(const dsr1_mm_job *j, int64_t r0, int64_t r1)
+{
+    const int64_t cols = j->w->cols, ng = j->ldg, no = (r1 - r0 + 7) / 8;
+    uint8_t *pan = j->task_mem;
+    float *sct = (float *)(pan + (size_t)DSR1_MM_RQ_ROWS * (size_t)cols);
+    rq_panel(j, r0, r1, pan, sct);
+    for (int64_t o = 0; o < no; o += 2) {
+        const int64_t o1 = o + 1 < no ? o + 1 : o; /* a lone octet runs twice, once stored */
+        for (int t0 = 0; t0 < j->n; t0 += 4) {
+            const int nt = j->n - t0 < 4 ? j->n - t0 : 4;
+            const int8_t *xt[4];
+            for (int t = 0; t < 4; t++) xt[t] = j->xq + (t0 + (t < nt ? t : nt - 1)) * j->ldxq;
+            __m256 fa[4], fb[4];
+            for (int t = 0; t < 4; t++) fa[t] = fb[t] = _mm256_setzero_ps();
+            for (int64_t gi = 0; gi < ng; gi++) {
+                const int64_t c0 = gi * DSR1_MM_XG, len = cols - c0 < DSR1_MM_XG ? cols - c0 : DSR1_MM_XG;
+                __m256i a[4], b[4];
+                rq_dots(pan + o * 8 * cols + c0 * 8, pan + o1 * 8 * cols + c0 * 8, xt[0] + c0, xt[1] + c0,
+                        xt[2] + c0, xt[3] + c0, len, a, b);
+                const __m256 sa = _mm256_loadu_ps(sct + (o * ng + gi) * 8), sb = _mm256_loadu_ps(sct + (o1 * ng + gi) * 8);
+                for (int t = 0; t < nt; t++) {
+                    const __m256 sx = _mm256_set1_ps(j->xgs[(t0 + t) * ng + gi]);
+                    fa[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[t]), _mm256_mul_ps(sa, sx), fa[t]);
+                    fb[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(b[t]), _mm256_mul_ps(sb, sx), fb[t]);
+                }
+            }
+            for (int t = 0; t < nt; t++) {
+                float o8[16];
+                _mm256_storeu_ps(o8, fa[t]);
+                _mm256_storeu_ps(o8 + 8, fb[t]);
+                float *y = j->y + (t0 + t) * j->ldy + r0;
+                for (int64_t i = 0; i < 8 && 8 * o + i < r1 - r0; i++) y[8 * o + i] = o8[i];
+                for (int64_t i = 0; o1 != o && i < 8 && 8 * o1 + i < r1 - r0; i++) y[8 * o1 + i] = o8[8 + i];
+            }
+        }
+    }
+}
+
+/* ---- W4A8, rows in lanes ------------------------------------------------------------------------- */
+
+/* The same shape for INT4 weights from 5 tokens: each 16-row block's
+ * codes unpacked once into two octet panels of bytes (0..15, the
+ * interleave above) in the task's scratch, then per group and token one
+ * broadcast and per octet one vpmaddubsw (unsigned codes against signed
+ * x: no sign step), one vpmaddwd and one add per 32 products; the -8
+ * offset is the group's -8 x sum(x) (xg) added to each lane's dot, then
+ * acc = fma(dot, s_w, acc) per lane and y = acc * s_x (row_int4's
+ * order). */
+static void w4_panel(const dsr1_mm_job *j, int64_t r0, int64_t r1, uint8_t *pan, float *sct)
+{
+    const dsr1_wmat *w = j->w;
+    const int64_t cols = w->cols, half = cols / 2, ng = cols / w->group;
+    const uint8_t *q = w->data;
+    for (int64_t o = 0; 8 * o < r1 - r0; o++)
+        for (int rr = 0; rr < 8; rr++) {
+            const int64_t r = r0 + 8 * o + rr;
+            uint8_t *dst = pan + o * 8 * cols + 4 * rr;
+            if (r < r1) {
+                const uint8_t *src = q + r * half;
+                for (int64_t k = 0; k < cols / 4; k++) {
+                    const uint8_t b0 = src[2 * k], b1 = src[2 * k + 1];
+                    dst[32 * k] = b0 & 15;
+                    dst[32 * k + 1] = b0 >> 4;
+                    dst[32 * k + 2] = b1 & 15;
+                    dst[32 * k + 3] = b1 >> 4;
+                }
+            } else {
+                for (int64_t k = 0; k < cols / 4; k++) memset(dst + 32 * k, 8, 4); /* code 8: value 0 */
+            }
+            for (int64_t gi = 0; gi < ng; gi++)
+                sct[(o * ng + gi) * 8 + rr] = r < r1 ? scale_at(w, r * ng + gi) : 0.0f;
+        }
+}
+
+INLINE void w4l_dots(const uint8_t *p0, const uint8_t *p1, const int8_t *x0, const int8_t *x1, const int8_t *x2,
+                     const int8_t *x3, int64_t len, __m256i a[4], __m256i b[4])
+{
+    const __m256i one = _mm256_set1_epi16(1);
+    __m256i v0, v1, xv, t0, t1;
+    int64_t k = 0;
+#define W4L_TOK(xp, A, B)                                                                       \
+    "vpbroadcastd (%[" xp "],%[k]), %[xv]\n\t"                                                  \
+    "vpmaddubsw %[xv], %[v0], %[t0]\n\tvpmaddubsw %[xv], %[v1], %[t1]\n\t"                        \
+    "vpmaddwd %[one], %[t0], %[t0]\n\tvpmaddwd %[one], %[t1], %[t1]\n\t"                          \
+    "vpaddd %[t0], %[" A "], %[" A "]\n\tvpaddd %[t1], %[" B "], %[" B "]\n\t"
+    __asm__("vpxor %[a0], %[a0], %[a0]\n\tvpxor %[a1], %[a1], %[a1]\n\t"
+            "vpxor %[a2], %[a2], %[a2]\n\tvpxor %[a3], %[a3], %[a3]\n\t"
+            "vpxor %[b0], %[b0], %[b0]\n\tvpxor %[b1], %[b1], %[b1]\n\t"
+            "vpxor %[b2], %[b2], %[b2]\n\tvpxor %[b3], %[b3], %[b3]\n\t"
+            "1:\n\t"
+            "vmovdqu (%[p0],%[k],8), %[v0]\n\t"
+            "vmovdqu (%[p1],%[k],8), %[v1]\n\t"
+            W4L_TOK("x0", "a0", "b0") W4L_TOK("x1", "a1", "b1") W4L_TOK("x2", "a2", "b2") W4L_TOK("x3", "a3", "b3")
+            "add $4, %[k]\n\t"
+            "cmp %[len], %[k]\n\t"
+            "jl 1b\n\t"
+            : [a0] "=&x"(a[0]), [a1] "=&x"(a[1]), [a2] "=&x"(a[2]), [a3] "=&x"(a[3]), [b0] "=&x"(b[0]),
+              [b1] "=&x"(b[1]), [b2] "=&x"(b[2]), [b3] "=&x"(b[3]), [v0] "=&x"(v0), [v1] "=&x"(v1),
+              [xv] "=&x"(xv), [t0] "=&x"(t0), [t1] "=&x"(t1), [k] "+r"(k)
+            : [one] "x"(one), [p0] "r"(p0), [p1] "r"(p1), [x0] "r"(x0), [x1] "r"(x1), [x2] "r"(x2),
+              [x3] "r"(x3), [len] "r"(len)
+            : "cc", "memory");
+#undef W4L_TOK
+}
+
+/* W4A8 rows [r0, r1), 16 at a time through the task's scratch
+ * (16 x cols bytes of codes, then 16 x groups floats). x is xq itself
+ * (the lanes need no reordering); xg the group sums x -8. */
+static void rows_w4_lanes(const dsr1_mm_job *j, int64_t r0, int64_t r1)
+{
+    const dsr1_wmat *w = j->w;
+    const int64_t cols = w->cols, g = w->group, ng = cols / g;
+    uint8_t *pan = j->task_mem;
+    float *sct = (float *)(pan + 16 * (size_t)cols);
+    for (int64_t rb = r0; rb < r1; rb += 16) {
+        const int64_t re = rb + 16 < r1 ? rb + 16 : r1, nr = re - rb, o1 = nr > 8;
+        w4_panel(j, rb, re, pan, sct);
+        for (int t0 = 0; t0 < j->n; t0 += 4) {
+            const int nt = j->n - t0 < 4 ? j->n - t0 : 4;
+            const int8_t *xt[4];
+            for (int t = 0; t < 4; t++) xt[t] = j->xq + (t0 + (t < nt ? t : nt - 1)) * j->ldxq;
+            __m256 fa[4], fb[4];
+            for (int t = 0; t < 4; t++) fa[t] = fb[t] = _mm256_setzero_ps();
+            for (int64_t gi = 0; gi < ng; gi++) {
+                const int64_t c0 = gi * g;
+                __m256i a[4], b[4];
+                w4l_dots(pan + c0 * 8, pan + o1 * 8 * cols + c0 * 8, xt[0] + c0, xt[1] + c0, xt[2] + c0,
+                         xt[3] + c0, g, a, b);
+                const __m256 sa = _mm256_loadu_ps(sct + gi * 8), sb = _mm256_loadu_ps(sct + (o1 * ng + gi) * 8);
+                for (int t = 0; t < nt; t++) {
+                    const __m256i xg = _mm256_set1_epi32(j->xg[(t0 + t) * j->ldxg + gi]);
+                    fa[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(a[t], xg)), sa, fa[t]);
+                    fb[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(b[t], xg)), sb, fb[t]);
+                }
+            }
+            for (int t = 0; t < nt; t++) {
+                const __m256 sx = _mm256_set1_ps(j->xs[t0 + t]);
+                float o8[16];
+                _mm256_storeu_ps(o8, _mm256_mul_ps(fa[t], sx));
+                _mm256_storeu_ps(o8 + 8, _mm256_mul_ps(fb[t], sx));
+                float *y = j->y + (t0 + t) * j->ldy + rb;
+                for (int64_t i = 0; i < nr && i < 16; i++) y[i] = o8[i];
+            }
         }
     }
 }
@@ -859,12 +1086,17 @@ void dsr1_mm_rows_avx2(const dsr1_mm_job *j, int64_t r0, int64_t r1)
 {
     const dsr1_wmat *w = j->w;
     if (j->act == DSR1_ACT_INT8 && w->type == DSR1_T_INT4) {
-        if (j->xp && w->group % 32 == 0)
+        if (j->xp && j->task_mem && j->n > 4 && w->group % 32 == 0)
+            rows_w4_lanes(j, r0, r1);
+        else if (j->xp && w->group % 32 == 0)
             rows_int(j, W_INT4, r0, r1);
         else
             dsr1_mm_rows_portable(j, r0, r1);
     } else if (j->xgs) {
-        rows_int(j, W_RQ, r0, r1); /* the requantised rows: columns a multiple of 64 */
+        if (j->task_mem && r1 - r0 <= DSR1_MM_RQ_ROWS) /* run_rows' chunk, with the panels' scratch */
+            rows_rq_lanes(j, r0, r1);
+        else
+            rows_int(j, W_RQ, r0, r1); /* the requantised rows: columns a multiple of 64 */
     } else if (j->act == DSR1_ACT_INT8 && w->cols % 32 == 0 && (w->group == 0 || w->group % 32 == 0)) {
         rows_int(j, w->group ? W_INT8_GROUPS : W_INT8, r0, r1);
     } else if (j->act == DSR1_ACT_BF16 && w->type == DSR1_T_FP8_E4M3 && j->task_mem && w->cols % 32 == 0 &&
