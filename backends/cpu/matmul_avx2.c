@@ -9,16 +9,21 @@
  * canonical order); the tests compare them on every AVX2 machine, AVX-512
  * ones included (DSR1_MM_AVX2 forces these kernels there).
  *
- *   W8A8 (INT8 weights, INT8 mode; FP8 as W8A8): vpmaddubsw on |w| and x
- *   with w's sign moved onto x (vpsignb), then vpmaddwd by ones: each
- *   pair of products is at most 2 x 128 x 127 = 32512, so the 16-bit sums
- *   never saturate and the dots are exact; integer dots make the columns'
- *   order free, so 2 rows x up to 4 tokens share each load.
- *   W4A8: the 4-bit codes are unsigned, so vpmaddubsw takes them as they
- *   are against x (|code x q| <= 15 x 127); the -8 offset is the group's
- *   -8 x sum(q), added to the exact dot (dsr1_mm_w4_prep_avx2 makes it,
- *   and x in the order a broadcast + shift of 16 code bytes gives: each
- *   32 columns' even columns, then its odd ones).
+ *   W8A8 (INT8 weights, INT8 mode): vpmaddubsw on |w| and x with w's
+ *   sign moved onto x (vpsignb), then vpmaddwd by ones: each pair of
+ *   products is at most 2 x 128 x 127 = 32512, so the 16-bit sums never
+ *   saturate and the dots are exact; integer dots make the columns' order
+ *   free, so 2 rows x up to 4 tokens share each load (the 4-token loop in
+ *   assembly: gcc 12 spills the intrinsics' form).
+ *   FP8 as W8A8 (the fast mode's prefill) and W4A8 from 5 tokens: rows in
+ *   lanes - 8 rows interleaved 4 columns at a time, x's 4 columns
+ *   broadcast - so each lane ends a scale group holding its row's exact
+ *   dot: no reduction per 128-column group. W4A8's codes are unsigned, so
+ *   vpmaddubsw takes them as they are against x (|code x q| <= 15 x 127);
+ *   the -8 offset is the group's -8 x sum(q), added to the exact dot.
+ *   W4A8 below 5 tokens reads the packed codes (a broadcast and a shift of
+ *   16 bytes give 32 codes) against x reordered to match
+ *   (dsr1_mm_w4_prep_avx2).
  *   FP8 in BF16 mode (decode): the e4m3 byte -> f16 bits (value / 256,
  *   exact including subnormals: sign | (b & 0x7f) << 7) -> vcvtph2ps, and
  *   one fused multiply-add per product with x' x 256. The canonical order
@@ -28,11 +33,13 @@
  *   clears MXCSR's flags first and reads them after: on a denormal operand,
  *   underflow, overflow or invalid operation (or an x' too small for the
  *   products to be exact) it recomputes its rows with the portable kernel.
+ *   BF16 weights in BF16 mode: the canonical multiply-then-add, with the
+ *   same MXCSR check for the denormal sums it would flush.
  *   F32 mode: the canonical 16 lanes as two ymm accumulators, the same
  *   fused multiply-adds and hsum16's tree (the naive MLA form's score and
  *   value products take this path).
- *   Other cases (BF16 mode on non-FP8 weights, ragged shapes the vector
- *   loops do not cover) go to the portable kernels.
+ *   Other cases (BF16 mode on F16/F32/INT weights, ragged shapes the
+ *   vector loops do not cover) go to the portable kernels.
  */
 #include "matmul_impl.h"
 
@@ -860,27 +867,38 @@ INLINE void fp8_tile(const uint8_t *p, int64_t cols, int R, const float *xp, int
 
 /* Rows [r, re) of one 128-row block with nt tokens: R rows at a time as
  * above (4 for one token, 2 for two or three, 1 for four), then singly. */
+/* Rows [0, n_rows) in tiles of R rows x nt tokens, R as the float
+ * kernels want it (4 for one token, 2 for two or three, 1 for four),
+ * the rest one row at a time: TILE(a, R, NT) runs rows a..a+R-1 (R and
+ * NT constants in each expansion, so each tile's loops unroll). */
+#define FLOAT_TILES(nt, n_rows, TILE)                                          \
+    do {                                                                       \
+        int64_t a_ = 0;                                                        \
+        switch (nt) {                                                          \
+        case 1:                                                                \
+            for (; a_ + 4 <= (n_rows); a_ += 4) TILE(a_, 4, 1);                \
+            for (; a_ < (n_rows); a_++) TILE(a_, 1, 1);                        \
+            break;                                                             \
+        case 2:                                                                \
+            for (; a_ + 2 <= (n_rows); a_ += 2) TILE(a_, 2, 2);                \
+            for (; a_ < (n_rows); a_++) TILE(a_, 1, 2);                        \
+            break;                                                             \
+        case 3:                                                                \
+            for (; a_ + 2 <= (n_rows); a_ += 2) TILE(a_, 2, 3);                \
+            for (; a_ < (n_rows); a_++) TILE(a_, 1, 3);                        \
+            break;                                                             \
+        default:                                                               \
+            for (; a_ < (n_rows); a_++) TILE(a_, 1, 4);                        \
+            break;                                                             \
+        }                                                                      \
+    } while (0)
+
 static void fp8_rows(const uint8_t *p, int64_t cols, int64_t n_rows, const float *xp, int64_t ldp, int nt,
                      float *y, int64_t ldy)
 {
-    int64_t a = 0;
-    switch (nt) {
-    case 1:
-        for (; a + 4 <= n_rows; a += 4) fp8_tile(p + a * cols, cols, 4, xp, ldp, 1, y + a, ldy);
-        for (; a < n_rows; a++) fp8_tile(p + a * cols, cols, 1, xp, ldp, 1, y + a, ldy);
-        break;
-    case 2:
-        for (; a + 2 <= n_rows; a += 2) fp8_tile(p + a * cols, cols, 2, xp, ldp, 2, y + a, ldy);
-        for (; a < n_rows; a++) fp8_tile(p + a * cols, cols, 1, xp, ldp, 2, y + a, ldy);
-        break;
-    case 3:
-        for (; a + 2 <= n_rows; a += 2) fp8_tile(p + a * cols, cols, 2, xp, ldp, 3, y + a, ldy);
-        for (; a < n_rows; a++) fp8_tile(p + a * cols, cols, 1, xp, ldp, 3, y + a, ldy);
-        break;
-    default:
-        for (; a < n_rows; a++) fp8_tile(p + a * cols, cols, 1, xp, ldp, 4, y + a, ldy);
-        break;
-    }
+#define FP8_TILE(a, R, NT) fp8_tile(p + (a) * cols, cols, R, xp, ldp, NT, y + (a), ldy)
+    FLOAT_TILES(nt, n_rows, FP8_TILE);
+#undef FP8_TILE
 }
 
 enum { MXCSR_FLAGS = 0x3f, MXCSR_BAD = 0x1 | 0x2 | 0x8 | 0x10 }; /* invalid, denormal, overflow, underflow */
@@ -975,24 +993,10 @@ static void rows_bf16w(const dsr1_mm_job *j, int64_t r0, int64_t r1)
         const int nt = j->n - t0 < 4 ? j->n - t0 : 4;
         const uint16_t *xb = j->xb + t0 * j->ldxb;
         float *y = j->y + t0 * j->ldy;
-        int64_t r = r0;
-        switch (nt) {
-        case 1:
-            for (; r + 4 <= r1; r += 4) bf16_tile(q + r * cols, cols, 4, xb, j->ldxb, 1, cols, y + r, j->ldy);
-            for (; r < r1; r++) bf16_tile(q + r * cols, cols, 1, xb, j->ldxb, 1, cols, y + r, j->ldy);
-            break;
-        case 2:
-            for (; r + 2 <= r1; r += 2) bf16_tile(q + r * cols, cols, 2, xb, j->ldxb, 2, cols, y + r, j->ldy);
-            for (; r < r1; r++) bf16_tile(q + r * cols, cols, 1, xb, j->ldxb, 2, cols, y + r, j->ldy);
-            break;
-        case 3:
-            for (; r + 2 <= r1; r += 2) bf16_tile(q + r * cols, cols, 2, xb, j->ldxb, 3, cols, y + r, j->ldy);
-            for (; r < r1; r++) bf16_tile(q + r * cols, cols, 1, xb, j->ldxb, 3, cols, y + r, j->ldy);
-            break;
-        default:
-            for (; r < r1; r++) bf16_tile(q + r * cols, cols, 1, xb, j->ldxb, 4, cols, y + r, j->ldy);
-            break;
-        }
+#define BF16_TILE(a, R, NT) \
+    bf16_tile(q + (r0 + (a)) * cols, cols, R, xb, j->ldxb, NT, cols, y + r0 + (a), j->ldy)
+        FLOAT_TILES(nt, r1 - r0, BF16_TILE);
+#undef BF16_TILE
     }
     if (_mm_getcsr() & MXCSR_BAD) dsr1_mm_rows_portable(j, r0, r1);
     _mm_setcsr(csr);
