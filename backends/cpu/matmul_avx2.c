@@ -650,12 +650,53 @@ static void rows_rq_lanes(const dsr1_mm_job *j, int64_t r0, int64_t r1)
  * offset is the group's -8 x sum(x) (xg) added to each lane's dot, then
  * acc = fma(dot, s_w, acc) per lane and y = acc * s_x (row_int4's
  * order). */
+/* 8 rows of packed codes (stride half bytes) into one octet panel: per
+ * 32 columns each row's 16 bytes become 32 code bytes in column order
+ * (nibbles unpacked), read as 8 quads, and the 8 x 8 quads transposed
+ * (the panel's quad k holds every row's quad k). At 16 tokens the
+ * byte-by-byte unpacking cost as much as the dots (prefill 16 INT4 0.57x
+ * ik_llama.cpp's in a bench-peer run). */
+static void w4_octet(const uint8_t *q, int64_t half, int64_t cols, uint8_t *dst)
+{
+    const __m128i lo4 = _mm_set1_epi8(0x0f);
+    for (int64_t c = 0; c < cols; c += 32) {
+        __m256 v[8];
+        for (int rr = 0; rr < 8; rr++) {
+            const __m128i b = _mm_loadu_si128((const __m128i *)(q + rr * half + c / 2));
+            const __m128i lo = _mm_and_si128(b, lo4), hi = _mm_and_si128(_mm_srli_epi16(b, 4), lo4);
+            v[rr] = _mm256_castsi256_ps(_mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi)));
+        }
+        __m256 t[8], u[8];
+        for (int i = 0; i < 4; i++) {
+            t[2 * i] = _mm256_unpacklo_ps(v[2 * i], v[2 * i + 1]);
+            t[2 * i + 1] = _mm256_unpackhi_ps(v[2 * i], v[2 * i + 1]);
+        }
+        for (int i = 0; i < 2; i++) {
+            u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+            u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xee);
+            u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+            u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xee);
+        }
+        float *o = (float *)(dst + c * 8);
+        for (int k = 0; k < 4; k++) {
+            _mm256_storeu_ps(o + 8 * k, _mm256_permute2f128_ps(u[k], u[4 + k], 0x20));
+            _mm256_storeu_ps(o + 8 * (k + 4), _mm256_permute2f128_ps(u[k], u[4 + k], 0x31));
+        }
+    }
+}
+
 static void w4_panel(const dsr1_mm_job *j, int64_t r0, int64_t r1, uint8_t *pan, float *sct)
 {
     const dsr1_wmat *w = j->w;
     const int64_t cols = w->cols, half = cols / 2, ng = cols / w->group;
     const uint8_t *q = w->data;
-    for (int64_t o = 0; 8 * o < r1 - r0; o++)
+    for (int64_t o = 0; 8 * o < r1 - r0; o++) {
+        if (8 * o + 8 <= r1 - r0) { /* a whole octet: 8 rows' 32 codes, transposed as 32-bit quads */
+            w4_octet(q + (r0 + 8 * o) * half, half, cols, pan + o * 8 * cols);
+            for (int rr = 0; rr < 8; rr++)
+                for (int64_t gi = 0; gi < ng; gi++) sct[(o * ng + gi) * 8 + rr] = scale_at(w, (r0 + 8 * o + rr) * ng + gi);
+            continue;
+        }
         for (int rr = 0; rr < 8; rr++) {
             const int64_t r = r0 + 8 * o + rr;
             uint8_t *dst = pan + o * 8 * cols + 4 * rr;
@@ -674,6 +715,7 @@ static void w4_panel(const dsr1_mm_job *j, int64_t r0, int64_t r1, uint8_t *pan,
             for (int64_t gi = 0; gi < ng; gi++)
                 sct[(o * ng + gi) * 8 + rr] = r < r1 ? scale_at(w, r * ng + gi) : 0.0f;
         }
+    }
 }
 
 INLINE void w4l_dots(const uint8_t *p0, const uint8_t *p1, const int8_t *x0, const int8_t *x1, const int8_t *x2,
