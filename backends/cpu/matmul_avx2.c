@@ -219,6 +219,22 @@ INLINE __m256i tile_sums(__m256i a0, __m256i a1, __m256i a2, __m256i a3, __m256i
     return _mm256_add_epi32(_mm256_permute2x128_si256(g1, g2, 0x20), _mm256_permute2x128_si256(g1, g2, 0x31));
 }
 
+/* Pieces of the assembly loops below (operand names shared by all four):
+ * the 8 accumulators a0-a3, b0-b3 cleared, and W8A8's step for one token
+ * whose 32 x bytes are in xv - sign moved from each row's w (v0, v1) onto
+ * x, |w| (u0, u1) times it in pairs, pairs summed by vpmaddwd with ones,
+ * added into accumulators A and B. */
+#define ASM_ZERO8                                                                                  \
+    "vpxor %[a0], %[a0], %[a0]\n\tvpxor %[a1], %[a1], %[a1]\n\t"                                   \
+    "vpxor %[a2], %[a2], %[a2]\n\tvpxor %[a3], %[a3], %[a3]\n\t"                                   \
+    "vpxor %[b0], %[b0], %[b0]\n\tvpxor %[b1], %[b1], %[b1]\n\t"                                   \
+    "vpxor %[b2], %[b2], %[b2]\n\tvpxor %[b3], %[b3], %[b3]\n\t"
+#define ASM_I8_MAC(A, B)                                                                           \
+    "vpsignb %[v0], %[xv], %[t0]\n\tvpsignb %[v1], %[xv], %[t1]\n\t"                               \
+    "vpmaddubsw %[t0], %[u0], %[t0]\n\tvpmaddubsw %[t1], %[u1], %[t1]\n\t"                         \
+    "vpmaddwd %[one], %[t0], %[t0]\n\tvpmaddwd %[one], %[t1], %[t1]\n\t"                           \
+    "vpaddd %[t0], %[" A "], %[" A "]\n\tvpaddd %[t1], %[" B "], %[" B "]\n\t"
+
 /* The 2-row x 4-token W8A8 loop (len a positive multiple of 32; the
  * accumulators start at zero), all 16
  * ymm registers named: the same instructions the intrinsics below give,
@@ -236,14 +252,8 @@ INLINE void i8_dots4(const int8_t *w0, const int8_t *w1, const int8_t *x, int64_
     int64_t c = 0;
 #define I8A_TOK(xp, A, B)                                                                           \
     "vmovdqu (%[" xp "],%[c]), %[xv]\n\t"                                                          \
-    "vpsignb %[v0], %[xv], %[t0]\n\tvpsignb %[v1], %[xv], %[t1]\n\t"                               \
-    "vpmaddubsw %[t0], %[u0], %[t0]\n\tvpmaddubsw %[t1], %[u1], %[t1]\n\t"                         \
-    "vpmaddwd %[one], %[t0], %[t0]\n\tvpmaddwd %[one], %[t1], %[t1]\n\t"                           \
-    "vpaddd %[t0], %[" A "], %[" A "]\n\tvpaddd %[t1], %[" B "], %[" B "]\n\t"
-    __asm__("vpxor %[a0], %[a0], %[a0]\n\tvpxor %[a1], %[a1], %[a1]\n\t"
-            "vpxor %[a2], %[a2], %[a2]\n\tvpxor %[a3], %[a3], %[a3]\n\t"
-            "vpxor %[b0], %[b0], %[b0]\n\tvpxor %[b1], %[b1], %[b1]\n\t"
-            "vpxor %[b2], %[b2], %[b2]\n\tvpxor %[b3], %[b3], %[b3]\n\t"
+    ASM_I8_MAC(A, B)
+    __asm__(ASM_ZERO8
             "1:\n\t"
             "vmovdqu (%[w0],%[c]), %[v0]\n\t"
             "vmovdqu (%[w1],%[c]), %[v1]\n\t"
@@ -308,10 +318,7 @@ INLINE __m256i w4_dots4(const uint8_t *p0, const uint8_t *p1, const int8_t *x, i
     "vpmaddubsw %[xv], %[u0], %[t0]\n\tvpmaddubsw %[xv], %[u1], %[t1]\n\t"                 \
     "vpmaddwd %[one], %[t0], %[t0]\n\tvpmaddwd %[one], %[t1], %[t1]\n\t"                   \
     "vpaddd %[t0], %[" A "], %[" A "]\n\tvpaddd %[t1], %[" B "], %[" B "]\n\t"
-    __asm__("vpxor %[a0], %[a0], %[a0]\n\tvpxor %[a1], %[a1], %[a1]\n\t"
-            "vpxor %[a2], %[a2], %[a2]\n\tvpxor %[a3], %[a3], %[a3]\n\t"
-            "vpxor %[b0], %[b0], %[b0]\n\tvpxor %[b1], %[b1], %[b1]\n\t"
-            "vpxor %[b2], %[b2], %[b2]\n\tvpxor %[b3], %[b3], %[b3]\n\t"
+    __asm__(ASM_ZERO8
             "1:\n\t"
             "vbroadcasti128 (%[p0],%[h]), %[u0]\n\t"
             "vbroadcasti128 (%[p1],%[h]), %[u1]\n\t"
@@ -573,14 +580,8 @@ INLINE void rq_dots(const uint8_t *p0, const uint8_t *p1, const int8_t *x0, cons
     int64_t k = 0;
 #define RQ_TOK(xp, A, B)                                                                        \
     "vpbroadcastd (%[" xp "],%[k]), %[xv]\n\t"                                                  \
-    "vpsignb %[v0], %[xv], %[t0]\n\tvpsignb %[v1], %[xv], %[t1]\n\t"                              \
-    "vpmaddubsw %[t0], %[u0], %[t0]\n\tvpmaddubsw %[t1], %[u1], %[t1]\n\t"                        \
-    "vpmaddwd %[one], %[t0], %[t0]\n\tvpmaddwd %[one], %[t1], %[t1]\n\t"                          \
-    "vpaddd %[t0], %[" A "], %[" A "]\n\tvpaddd %[t1], %[" B "], %[" B "]\n\t"
-    __asm__("vpxor %[a0], %[a0], %[a0]\n\tvpxor %[a1], %[a1], %[a1]\n\t"
-            "vpxor %[a2], %[a2], %[a2]\n\tvpxor %[a3], %[a3], %[a3]\n\t"
-            "vpxor %[b0], %[b0], %[b0]\n\tvpxor %[b1], %[b1], %[b1]\n\t"
-            "vpxor %[b2], %[b2], %[b2]\n\tvpxor %[b3], %[b3], %[b3]\n\t"
+    ASM_I8_MAC(A, B)
+    __asm__(ASM_ZERO8
             "1:\n\t"
             "vmovdqu (%[p0],%[k],8), %[v0]\n\t"
             "vmovdqu (%[p1],%[k],8), %[v1]\n\t"
@@ -729,10 +730,7 @@ INLINE void w4l_dots(const uint8_t *p0, const uint8_t *p1, const int8_t *x0, con
     "vpmaddubsw %[xv], %[v0], %[t0]\n\tvpmaddubsw %[xv], %[v1], %[t1]\n\t"                        \
     "vpmaddwd %[one], %[t0], %[t0]\n\tvpmaddwd %[one], %[t1], %[t1]\n\t"                          \
     "vpaddd %[t0], %[" A "], %[" A "]\n\tvpaddd %[t1], %[" B "], %[" B "]\n\t"
-    __asm__("vpxor %[a0], %[a0], %[a0]\n\tvpxor %[a1], %[a1], %[a1]\n\t"
-            "vpxor %[a2], %[a2], %[a2]\n\tvpxor %[a3], %[a3], %[a3]\n\t"
-            "vpxor %[b0], %[b0], %[b0]\n\tvpxor %[b1], %[b1], %[b1]\n\t"
-            "vpxor %[b2], %[b2], %[b2]\n\tvpxor %[b3], %[b3], %[b3]\n\t"
+    __asm__(ASM_ZERO8
             "1:\n\t"
             "vmovdqu (%[p0],%[k],8), %[v0]\n\t"
             "vmovdqu (%[p1],%[k],8), %[v1]\n\t"
@@ -873,16 +871,36 @@ INLINE void fp8_decode32(const uint8_t *p, __m256 *we_lo, __m256 *we_hi, __m256 
  * 8 chains leave the two FMA pipes waiting on their latency (one row at a
  * time, one token: 9.6 GB/s from DRAM where W8A8 streams 17.8). */
 #define FP8_R 4
+
+/* The float tiles' accumulators (R rows x nt tokens, lanes 0-7 and 8-15)
+ * cleared for a chunk, and a chunk's sums out: hsum16 of each, assigned
+ * for the first chunk, added after it (both tiles' canonical chunking). */
+INLINE void tile_zero(__m256 lo[FP8_R][4], __m256 hi[FP8_R][4], int R, int nt)
+{
+#pragma GCC unroll 4
+    for (int a = 0; a < R; a++)
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) lo[a][t] = hi[a][t] = _mm256_setzero_ps();
+}
+
+INLINE void tile_chunk_out(__m256 lo[FP8_R][4], __m256 hi[FP8_R][4], int R, int nt, float *y, int64_t ldy,
+                           int first)
+{
+    for (int a = 0; a < R; a++)
+        for (int t = 0; t < nt; t++) {
+            const float s = hsum16(lo[a][t], hi[a][t]);
+            float *o = y + t * ldy + a;
+            *o = first ? s : *o + s;
+        }
+}
+
 INLINE void fp8_tile(const uint8_t *p, int64_t cols, int R, const float *xp, int64_t ldp, int nt, float *y,
                      int64_t ldy)
 {
     for (int64_t c0 = 0; c0 < cols; c0 += DSR1_MM_KC_BF16) {
         const int64_t c1 = c0 + DSR1_MM_KC_BF16 < cols ? c0 + DSR1_MM_KC_BF16 : cols;
         __m256 lo[FP8_R][4], hi[FP8_R][4];
-#pragma GCC unroll 4
-        for (int a = 0; a < R; a++)
-#pragma GCC unroll 4
-            for (int t = 0; t < nt; t++) lo[a][t] = hi[a][t] = _mm256_setzero_ps();
+        tile_zero(lo, hi, R, nt);
         for (int64_t c = c0; c < c1; c += 32) {
 #pragma GCC unroll 4
             for (int a = 0; a < R; a++) {
@@ -898,17 +916,10 @@ INLINE void fp8_tile(const uint8_t *p, int64_t cols, int R, const float *xp, int
                 }
             }
         }
-        for (int a = 0; a < R; a++)
-            for (int t = 0; t < nt; t++) {
-                const float s = hsum16(lo[a][t], hi[a][t]);
-                float *o = y + t * ldy + a;
-                *o = c0 == 0 ? s : *o + s;
-            }
+        tile_chunk_out(lo, hi, R, nt, y, ldy, c0 == 0);
     }
 }
 
-/* Rows [r, re) of one 128-row block with nt tokens: R rows at a time as
- * above (4 for one token, 2 for two or three, 1 for four), then singly. */
 /* Rows [0, n_rows) in tiles of R rows x nt tokens, R as the float
  * kernels want it (4 for one token, 2 for two or three, 1 for four),
  * the rest one row at a time: TILE(a, R, NT) runs rows a..a+R-1 (R and
@@ -987,10 +998,7 @@ INLINE void bf16_tile(const uint16_t *p, int64_t ldw, int R, const uint16_t *xb,
     for (int64_t c0 = 0; c0 < cols; c0 += DSR1_MM_KC_BF16) {
         const int64_t c1 = c0 + DSR1_MM_KC_BF16 < cols ? c0 + DSR1_MM_KC_BF16 : cols;
         __m256 lo[FP8_R][4], hi[FP8_R][4];
-#pragma GCC unroll 4
-        for (int a = 0; a < R; a++)
-#pragma GCC unroll 4
-            for (int t = 0; t < nt; t++) lo[a][t] = hi[a][t] = _mm256_setzero_ps();
+        tile_zero(lo, hi, R, nt);
         for (int64_t c = c0; c < c1; c += 32) {
 #pragma GCC unroll 4
             for (int a = 0; a < R; a++) {
@@ -1011,12 +1019,7 @@ INLINE void bf16_tile(const uint16_t *p, int64_t ldw, int R, const uint16_t *xb,
                 }
             }
         }
-        for (int a = 0; a < R; a++)
-            for (int t = 0; t < nt; t++) {
-                const float s = hsum16(lo[a][t], hi[a][t]);
-                float *o = y + t * ldy + a;
-                *o = c0 == 0 ? s : *o + s;
-            }
+        tile_chunk_out(lo, hi, R, nt, y, ldy, c0 == 0);
     }
 }
 
