@@ -115,23 +115,32 @@ DSR1_TEST(kernels_avx2_fp8_match_portable)
     dsr1_pool_free(pool);
 }
 
-/* The FP8 decode kernel's exactness conditions: x' too small for exact
- * products (below 2^-116), sums that go denormal, products that overflow,
- * NaN and infinity in x. Each makes the task fall back to the portable
- * kernel (or is exact anyway); the bits must match in every case. */
+/* The FP8 decode kernel's exactness conditions (matmul_avx2.c, rows_fp8):
+ * x' too small for its bound (nonzero below 2^-100: products and sums
+ * could go denormal, which the canonical order flushes), x' too large for
+ * x' x 2^120 (2^8 and up), products that overflow, NaN and infinity in
+ * x. Each makes the task fall back to the portable kernel or is exact
+ * anyway; the bits must match in every case. The first five scale every
+ * x (the test matrix's block scales are 0.001-0.02): x' near 2^-125,
+ * 2^-107 and 2^-96 (above the bound: the fast path with tiny products),
+ * 2^-110 with the random weights' small codes making denormal products;
+ * 2e4 and 1e4 give x' both sides of 2^8, 3e3 below it. */
 DSR1_TEST(kernels_avx2_fp8_fallback_cases)
 {
     SKIP_NO_AVX2();
     const int64_t rows = 40, cols = 256, ldx = cols;
     tmat m = dsr1_test_mat(DSR1_T_FP8_E4M3, rows, cols, 0, 801);
-    static const float specials[] = {1e-36f, -3e-37f, 1e-30f, 3e38f, -1e38f, INFINITY, NAN, -0.0f, 1e-40f};
+    static const float specials[] = {1e-36f, -3e-37f, 1e-30f, 1e-27f, 1e-31f, 3e38f,   -1e38f, INFINITY,
+                                     NAN,    -0.0f,   1e-40f, 2e4f,   1e4f,   -3e3f};
     for (size_t si = 0; si < sizeof specials / sizeof *specials; si++)
         for (int n = 1; n <= 5; n += 4) {
             float *x = rand_x(n, ldx, 900 + si, -1, 1);
             for (int t0 = 0; t0 < n; t0++)
                 for (int64_t c = (int64_t)si; c < cols; c += 37) x[t0 * ldx + c] = specials[si];
-            if (si < 3) /* every x small: products near or below the normal range */
+            if (si < 5) /* every x small: products near or below the normal range */
                 for (int64_t i = 0; i < n * ldx; i++) x[i] *= specials[si];
+            if (si >= 11) /* every x large */
+                for (int64_t i = 0; i < n * ldx; i++) x[i] = x[i] * specials[si] + specials[si];
             char what[48];
             snprintf(what, sizeof what, "fp8 bf16 special %zu", si);
             const size_t bytes = (size_t)n * rows * 4;
@@ -145,6 +154,26 @@ DSR1_TEST(kernels_avx2_fp8_fallback_cases)
             free(y);
             free(x);
         }
+    /* x' exactly +-2^-125 or +-2^-121 (x = that / the block's scale): every
+     * product exact, many of them and of the first sums denormal, which
+     * the canonical order flushes; no flag says so (exact: no underflow;
+     * denormal operands are the FP8 kernel's subnormal weights anyway), so
+     * only the x' bound keeps these on the portable kernel. */
+    for (int n = 1; n <= 5; n += 4) {
+        float *x = rand_x(n, ldx, 990, -1, 1);
+        for (int64_t i = 0; i < n * ldx; i++) {
+            const float s = ((const float *)m.scale)[(i % ldx) / 128];
+            x[i] = (x[i] < 0 ? -1.0f : 1.0f) * (i % 3 ? 0x1p-125f : 0x1p-121f) / s;
+        }
+        const size_t bytes = (size_t)n * rows * 4;
+        float *port = malloc(bytes), *y = malloc(bytes);
+        dsr1_matmul_with(NULL, &m.w, x, ldx, port, rows, n, DSR1_ACT_BF16, DSR1_MM_PORTABLE);
+        dsr1_matmul_with(NULL, &m.w, x, ldx, y, rows, n, DSR1_ACT_BF16, DSR1_MM_AVX2);
+        CHECKF(!memcmp(y, port, bytes), "fp8 bf16 x' 2^-125 n=%d: AVX2 differs from portable", n);
+        free(port);
+        free(y);
+        free(x);
+    }
     dsr1_test_mat_free(&m);
 }
 
