@@ -575,27 +575,48 @@ static void rows_int(const dsr1_mm_job *j, int kind, int64_t r0, int64_t r1)
  * convert and one fused multiply-add per 8 rows and token - the canonical
  * acc = fma(dot, s_w * s_x, acc) of each lane. */
 
+/* The 8 x 8 transpose of 32-bit quads (4 columns of int8 codes) through
+ * which the rows-in-lanes panels are built: v[rr] holds row rr's quads
+ * 0-7 of a 32-column run; o[8 k + rr] gets row rr's quad k. */
+INLINE void quad_transpose8(const __m256 v[8], float *o)
+{
+    __m256 t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(v[2 * i], v[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(v[2 * i], v[2 * i + 1]);
+    }
+    for (int i = 0; i < 2; i++) {
+        u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+        u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xee);
+        u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xee);
+    }
+    for (int k = 0; k < 4; k++) {
+        _mm256_storeu_ps(o + 8 * k, _mm256_permute2f128_ps(u[k], u[4 + k], 0x20));
+        _mm256_storeu_ps(o + 8 * (k + 4), _mm256_permute2f128_ps(u[k], u[4 + k], 0x31));
+    }
+}
+
 /* Octet o's panel: for quad k (columns 4k..4k+3), 32 bytes of which
  * bytes 4 rr .. 4 rr + 3 are row 8 o + rr's codes (zeros past the last
  * row); sct[(o ng + g) 8 + rr] its scale of group g. */
 static void rq_panel(const dsr1_mm_job *j, int64_t r0, int64_t r1, uint8_t *pan, float *sct)
 {
     const dsr1_wmat *w = j->w;
-    const int64_t cols = w->cols, ng = j->ldg, quads = cols / 4;
+    const int64_t cols = w->cols, ng = j->ldg;
     const int8_t *q = w->data;
     const float *sw = w->scale;
-    for (int64_t o = 0; 8 * o < r1 - r0; o++)
-        for (int rr = 0; rr < 8; rr++) {
-            const int64_t r = r0 + 8 * o + rr;
-            uint32_t *dst = (uint32_t *)(pan + o * 8 * cols) + rr;
-            if (r < r1) {
-                const int8_t *src = q + r * cols;
-                for (int64_t k = 0; k < quads; k++) memcpy(dst + 8 * k, src + 4 * k, 4);
-            } else {
-                for (int64_t k = 0; k < quads; k++) dst[8 * k] = 0;
-            }
-            for (int64_t gi = 0; gi < ng; gi++) sct[(o * ng + gi) * 8 + rr] = r < r1 ? sw[r * ng + gi] : 0.0f;
+    for (int64_t o = 0; 8 * o < r1 - r0; o++) {
+        const int64_t rb = r0 + 8 * o;
+        for (int64_t c = 0; c < cols; c += 32) { /* cols: a multiple of 64 (effective_act) */
+            __m256 v[8];
+            for (int rr = 0; rr < 8; rr++)
+                v[rr] = rb + rr < r1 ? _mm256_loadu_ps((const float *)(q + (rb + rr) * cols + c)) : _mm256_setzero_ps();
+            quad_transpose8(v, (float *)(pan + o * 8 * cols + c * 8));
         }
+        for (int rr = 0; rr < 8; rr++)
+            for (int64_t gi = 0; gi < ng; gi++) sct[(o * ng + gi) * 8 + rr] = rb + rr < r1 ? sw[(rb + rr) * ng + gi] : 0.0f;
+    }
 }
 
 /* Exact dots of two octets (panels p0, p1 at a group's start) with 4
@@ -697,22 +718,7 @@ static void w4_octet(const uint8_t *q, int64_t half, int64_t cols, uint8_t *dst)
             const __m128i lo = _mm_and_si128(b, lo4), hi = _mm_and_si128(_mm_srli_epi16(b, 4), lo4);
             v[rr] = _mm256_castsi256_ps(_mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi)));
         }
-        __m256 t[8], u[8];
-        for (int i = 0; i < 4; i++) {
-            t[2 * i] = _mm256_unpacklo_ps(v[2 * i], v[2 * i + 1]);
-            t[2 * i + 1] = _mm256_unpackhi_ps(v[2 * i], v[2 * i + 1]);
-        }
-        for (int i = 0; i < 2; i++) {
-            u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
-            u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xee);
-            u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-            u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xee);
-        }
-        float *o = (float *)(dst + c * 8);
-        for (int k = 0; k < 4; k++) {
-            _mm256_storeu_ps(o + 8 * k, _mm256_permute2f128_ps(u[k], u[4 + k], 0x20));
-            _mm256_storeu_ps(o + 8 * (k + 4), _mm256_permute2f128_ps(u[k], u[4 + k], 0x31));
-        }
+        quad_transpose8(v, (float *)(dst + c * 8));
     }
 }
 
