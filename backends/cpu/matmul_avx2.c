@@ -250,6 +250,17 @@ INLINE __m256i tile_sums(__m256i a0, __m256i a1, __m256i a2, __m256i a3, __m256i
     "vpmaddwd %[one], %[t0], %[t0]\n\tvpmaddwd %[one], %[t1], %[t1]\n\t"                           \
     "vpaddd %[t0], %[" A "], %[" A "]\n\tvpaddd %[t1], %[" B "], %[" B "]\n\t"
 
+/* What the two rows-in-lanes loops (rq_dots, w4l_dots) share: a step of
+ * 4 columns to len, their accumulators a[0-3], b[0-3] as outputs, and the
+ * panels p0, p1, token rows x0-x3 and len as inputs. */
+#define ASM_LANES_NEXT "add $4, %[k]\n\tcmp %[len], %[k]\n\tjl 1b\n\t"
+#define ASM_LANES_ACC                                                                                    \
+    [a0] "=&x"(a[0]), [a1] "=&x"(a[1]), [a2] "=&x"(a[2]), [a3] "=&x"(a[3]), [b0] "=&x"(b[0]), [b1] "=&x"(b[1]), \
+        [b2] "=&x"(b[2]), [b3] "=&x"(b[3])
+#define ASM_LANES_IN                                                                                   \
+    [one] "x"(one), [p0] "r"(p0), [p1] "r"(p1), [x0] "r"(x0), [x1] "r"(x1), [x2] "r"(x2), [x3] "r"(x3), \
+        [len] "r"(len)
+
 /* The 2-row x 4-token W8A8 loop (len a positive multiple of 32; the
  * accumulators start at zero), all 16
  * ymm registers named: the same instructions the intrinsics below give,
@@ -639,16 +650,25 @@ INLINE void rq_dots(const uint8_t *p0, const uint8_t *p1, const int8_t *x0, cons
             "vpabsb %[v0], %[u0]\n\t"
             "vpabsb %[v1], %[u1]\n\t"
             RQ_TOK("x0", "a0", "b0") RQ_TOK("x1", "a1", "b1") RQ_TOK("x2", "a2", "b2") RQ_TOK("x3", "a3", "b3")
-            "add $4, %[k]\n\t"
-            "cmp %[len], %[k]\n\t"
-            "jl 1b\n\t"
-            : [a0] "=&x"(a[0]), [a1] "=&x"(a[1]), [a2] "=&x"(a[2]), [a3] "=&x"(a[3]), [b0] "=&x"(b[0]),
-              [b1] "=&x"(b[1]), [b2] "=&x"(b[2]), [b3] "=&x"(b[3]), [v0] "=&x"(v0), [v1] "=&x"(v1),
-              [u0] "=&x"(u0), [u1] "=&x"(u1), [xv] "=&x"(xv), [t0] "=&x"(t0), [t1] "=&x"(t1), [k] "+r"(k)
-            : [one] "x"(one), [p0] "r"(p0), [p1] "r"(p1), [x0] "r"(x0), [x1] "r"(x1), [x2] "r"(x2),
-              [x3] "r"(x3), [len] "r"(len)
+            ASM_LANES_NEXT
+            : ASM_LANES_ACC, [v0] "=&x"(v0), [v1] "=&x"(v1), [u0] "=&x"(u0), [u1] "=&x"(u1), [xv] "=&x"(xv),
+              [t0] "=&x"(t0), [t1] "=&x"(t1), [k] "+r"(k)
+            : ASM_LANES_IN
             : "cc", "memory");
 #undef RQ_TOK
+}
+
+/* A rows-in-lanes token tile from t0: its token count (at most 4), xt
+ * the 4 rows of xq the loop reads (the last repeated past nt, so the
+ * 4-token loop always has rows to read), fa and fb the octets' sums. */
+INLINE int lanes_tokens(const dsr1_mm_job *j, int t0, const int8_t *xt[4], __m256 fa[4], __m256 fb[4])
+{
+    const int nt = j->n - t0 < 4 ? j->n - t0 : 4;
+    for (int t = 0; t < 4; t++) {
+        xt[t] = j->xq + (t0 + (t < nt ? t : nt - 1)) * j->ldxq;
+        fa[t] = fb[t] = _mm256_setzero_ps();
+    }
+    return nt;
 }
 
 /* An rq job's requantised rows [r0, r1) (at most DSR1_MM_RQ_ROWS; the
@@ -663,11 +683,9 @@ static void rows_rq_lanes(const dsr1_mm_job *j, int64_t r0, int64_t r1)
     for (int64_t o = 0; o < no; o += 2) {
         const int64_t o1 = o + 1 < no ? o + 1 : o; /* a lone octet runs twice, once stored */
         for (int t0 = 0; t0 < j->n; t0 += 4) {
-            const int nt = j->n - t0 < 4 ? j->n - t0 : 4;
             const int8_t *xt[4];
-            for (int t = 0; t < 4; t++) xt[t] = j->xq + (t0 + (t < nt ? t : nt - 1)) * j->ldxq;
             __m256 fa[4], fb[4];
-            for (int t = 0; t < 4; t++) fa[t] = fb[t] = _mm256_setzero_ps();
+            const int nt = lanes_tokens(j, t0, xt, fa, fb);
             for (int64_t gi = 0; gi < ng; gi++) {
                 const int64_t c0 = gi * DSR1_MM_XG, len = cols - c0 < DSR1_MM_XG ? cols - c0 : DSR1_MM_XG;
                 __m256i a[4], b[4];
@@ -771,14 +789,10 @@ INLINE void w4l_dots(const uint8_t *p0, const uint8_t *p1, const int8_t *x0, con
             "vmovdqu (%[p0],%[k],8), %[v0]\n\t"
             "vmovdqu (%[p1],%[k],8), %[v1]\n\t"
             W4L_TOK("x0", "a0", "b0") W4L_TOK("x1", "a1", "b1") W4L_TOK("x2", "a2", "b2") W4L_TOK("x3", "a3", "b3")
-            "add $4, %[k]\n\t"
-            "cmp %[len], %[k]\n\t"
-            "jl 1b\n\t"
-            : [a0] "=&x"(a[0]), [a1] "=&x"(a[1]), [a2] "=&x"(a[2]), [a3] "=&x"(a[3]), [b0] "=&x"(b[0]),
-              [b1] "=&x"(b[1]), [b2] "=&x"(b[2]), [b3] "=&x"(b[3]), [v0] "=&x"(v0), [v1] "=&x"(v1),
-              [xv] "=&x"(xv), [t0] "=&x"(t0), [t1] "=&x"(t1), [k] "+r"(k)
-            : [one] "x"(one), [p0] "r"(p0), [p1] "r"(p1), [x0] "r"(x0), [x1] "r"(x1), [x2] "r"(x2),
-              [x3] "r"(x3), [len] "r"(len)
+            ASM_LANES_NEXT
+            : ASM_LANES_ACC, [v0] "=&x"(v0), [v1] "=&x"(v1), [xv] "=&x"(xv), [t0] "=&x"(t0), [t1] "=&x"(t1),
+              [k] "+r"(k)
+            : ASM_LANES_IN
             : "cc", "memory");
 #undef W4L_TOK
 }
@@ -796,11 +810,9 @@ static void rows_w4_lanes(const dsr1_mm_job *j, int64_t r0, int64_t r1)
         const int64_t re = rb + 16 < r1 ? rb + 16 : r1, nr = re - rb, o1 = nr > 8;
         w4_panel(j, rb, re, pan, sct);
         for (int t0 = 0; t0 < j->n; t0 += 4) {
-            const int nt = j->n - t0 < 4 ? j->n - t0 : 4;
             const int8_t *xt[4];
-            for (int t = 0; t < 4; t++) xt[t] = j->xq + (t0 + (t < nt ? t : nt - 1)) * j->ldxq;
             __m256 fa[4], fb[4];
-            for (int t = 0; t < 4; t++) fa[t] = fb[t] = _mm256_setzero_ps();
+            const int nt = lanes_tokens(j, t0, xt, fa, fb);
             for (int64_t gi = 0; gi < ng; gi++) {
                 const int64_t c0 = gi * g;
                 __m256i a[4], b[4];
@@ -899,8 +911,9 @@ static int fp8_prep_x(const dsr1_mm_job *j, int t, int64_t rb, float *xo)
  * zero stays zero, and the NaN codes come out as +-480 x 2^-120, as the
  * portable kernel takes them. The word pairs' high words become floats
  * by zeroing the low ones, the low words by a shift. Integer steps only:
- * Zen 3 runs vcvtph2ps at one per two cycles, which capped the f16 form
- * of this at 12 GB/s a core; this one streams 17-21 from L1. */
+ * Zen 3 issues vcvtph2ps once a cycle (shifts twice), and the f16 form
+ * of this needed four per 32 weights: a standalone copy of the tile ran
+ * 3.6-3.9 bytes a cycle from L1 on one core, this one 5.7-7.0. */
 INLINE void fp8_decode32(const uint8_t *p, __m256 *w0, __m256 *w1, __m256 *w2, __m256 *w3)
 {
     const __m256i keep = _mm256_set1_epi16((short)0x87f0), zero = _mm256_setzero_si256();
