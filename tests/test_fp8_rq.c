@@ -11,7 +11,7 @@
  *     value x block scale / s, each block's largest at +-127;
  *   - dsr1_matmul in the fast INT8 mode equals, bit for bit, this file's
  *     own spelling of that order on the requantised matrix from
- *     DSR1_MM_RQ_MIN_N tokens (portable and AVX-512 kernels, 1 and 2
+ *     dsr1_mm_rq_min_n tokens (portable and AVX-512 kernels, 1 and 2
  *     threads; a partial last group), and the BF16 path below that or
  *     where the shape does not fit (columns not a multiple of 64);
  *   - through the CPU backend's seam: the fast mode takes it by default,
@@ -187,7 +187,8 @@ static void fast_matches(dsr1_test_ctx *t, dsr1_pool *pool, const tmat *m, const
 
 DSR1_TEST(fp8_rq_matmul_is_w8a8_on_requantised)
 {
-    static const int ns[] = {1, 5, DSR1_MM_RQ_MIN_N - 1, DSR1_MM_RQ_MIN_N, 64, 300};
+    const int mn = dsr1_mm_rq_min_n(NULL); /* this machine's start of W8A8 */
+    const int ns[] = {1, 5, mn - 1, mn, 64, 300};
     static const int64_t shapes[][2] = {{37, 192}, {70, 4160}, {130, 320}, {33, 301}};
     dsr1_pool *pool = NULL;
     dsr1_error err = {0};
@@ -197,7 +198,7 @@ DSR1_TEST(fp8_rq_matmul_is_w8a8_on_requantised)
         tmat m = dsr1_test_mat(DSR1_T_FP8_E4M3, rows, cols, 0, 600 + (uint64_t)si);
         float *x = make_x(300, ldx, 610 + (uint64_t)si);
         for (int ni = 0; ni < 6; ni++)
-            fast_matches(t, pool, &m, x, ldx, ns[ni], ns[ni] >= DSR1_MM_RQ_MIN_N && cols % 64 == 0);
+            fast_matches(t, pool, &m, x, ldx, ns[ni], ns[ni] >= mn && cols % 64 == 0);
         free(x);
         dsr1_test_mat_free(&m);
     }

@@ -256,7 +256,8 @@ DSR1_TEST(kernels_avx2_int8_act_special_values)
 
 /* FP8 rows requantised through the table (dsr1_mm_fp8_requant_row_avx2)
  * give dsr1_mm_fp8_requant_row's bytes and scales: every code in every
- * block position, a negative and a zero block scale, a ragged last block. */
+ * block position, a negative and a zero block scale, a ragged last block;
+ * and every block maximum (every table). */
 DSR1_TEST(kernels_avx2_fp8_requant_matches)
 {
     SKIP_NO_AVX2();
@@ -279,6 +280,27 @@ DSR1_TEST(kernels_avx2_fp8_requant_matches)
         CHECKF(!memcmp(q0, q1, (size_t)cols) && !memcmp(s0, s1, sizeof s0),
                "row %lld: requantised codes or scales differ", (long long)r);
     }
+    /* every table: row m's blocks have magnitudes 0..m (all of them in the
+     * full blocks), both signs; a ragged last block of 40 (a scalar tail) */
+    const int64_t c2 = 128 * 2 + 40;
+    uint8_t *all = malloc((size_t)(128 * c2));
+    float sa[128 * 3];
+    for (int64_t m = 0; m < 128; m++)
+        for (int64_t c = 0; c < c2; c++)
+            all[m * c2 + c] = (uint8_t)((c * 37 + c / 128) % (m + 1) | (c % 3 == 1 ? 0x80 : 0));
+    for (int i = 0; i < 128 * 3; i++) sa[i] = i % 5 == 2 ? -0.75f : 0.5f + (float)i;
+    dsr1_wmat wa = {.type = DSR1_T_FP8_E4M3, .rows = 128, .cols = c2, .data = all, .scale = sa,
+                    .scale_type = DSR1_T_F32, .group = 128};
+    int bad = 0;
+    for (int64_t r = 0; r < 128; r++) {
+        int8_t q0[512], q1[512];
+        float s0[3], s1[3];
+        dsr1_mm_fp8_requant_row(&wa, r, q0, s0);
+        dsr1_mm_fp8_requant_row_avx2(&wa, r, q1, s1, tab);
+        bad += memcmp(q0, q1, (size_t)c2) != 0 || memcmp(s0, s1, sizeof s0) != 0;
+    }
+    CHECKF(!bad, "%d of 128 rows (largest code 0..127): requantised codes or scales differ", bad);
+    free(all);
     free(tab);
     free(codes);
 }

@@ -93,6 +93,13 @@ void dsr1_touch(void *mem, size_t bytes);
  * tokens each of a 512-token chunk, so the lower start reaches more of
  * them. (Before the tables: 1.19-1.24x at 32 tokens, 0.85-1.09x at 48.) */
 #define DSR1_MM_RQ_MIN_N 24
+/* On a CPU with AVX2 and no AVX-512 the float FP8 kernel is slower for its
+ * width and the table requantisation cheaper for its vpshufb tree
+ * (matmul_avx2.c), so W8A8 pays from fewer tokens: `dsr1 bench kernels
+ * --type fp8 --n 8,12,16,20 --threads 2` on 2048x7168 and 7168x2048, AMD
+ * Zen 3, two runs, W8A8 against the float kernel's time: 1.11-1.23x at 8
+ * tokens, 0.86-0.97x at 12, 0.73-0.90x at 16, 0.64-0.84x at 20. */
+#define DSR1_MM_RQ_MIN_N_AVX2 12
 
 /* y = x W^T as described above, using the fastest kernel for this CPU. */
 void dsr1_matmul(dsr1_pool *p, const dsr1_wmat *w, const float *x, int64_t ldx,

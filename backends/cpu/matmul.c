@@ -554,14 +554,21 @@ static void run_task(void *ctx, int task, int ntasks)
         }
 }
 
+int dsr1_mm_rq_min_n(const dsr1_pool *p)
+{
+    const int avx512 = p ? dsr1_pool_avx512(p) : dsr1_mm_avx512_usable();
+    return !avx512 && dsr1_mm_avx2_usable() ? DSR1_MM_RQ_MIN_N_AVX2 : DSR1_MM_RQ_MIN_N;
+}
+
 /* INT8 mode is W8A8 on INT8 weights and W4A8 on grouped INT4 weights,
  * BF16 on the rest; the fast INT8 mode also W8A8 on FP8 weights (*rq)
- * from DSR1_MM_RQ_MIN_N tokens, in the shapes the lanes kernel takes. */
-static dsr1_act effective_act(dsr1_act act, const dsr1_wmat *w, int n, int *rq)
+ * from min_n tokens (dsr1_mm_rq_min_n), in the shapes the lanes kernel
+ * takes. */
+static dsr1_act effective_act(dsr1_act act, const dsr1_wmat *w, int n, int min_n, int *rq)
 {
     *rq = 0;
     if (act == DSR1_ACT_INT8_FAST) {
-        if (w->type == DSR1_T_FP8_E4M3 && n >= DSR1_MM_RQ_MIN_N && w->cols % 64 == 0 &&
+        if (w->type == DSR1_T_FP8_E4M3 && n >= min_n && w->cols % 64 == 0 &&
             w->group == DSR1_MM_XG && w->scale_type == DSR1_T_F32) {
             *rq = 1;
             return DSR1_ACT_INT8;
@@ -608,7 +615,7 @@ static void call_setup(mm_call *c, dsr1_pool *p, const dsr1_wmat *w, const dsr1_
                        dsr1_mm_kernel k)
 {
     int rq;
-    dsr1_mm_job j = {.w = w, .n = n, .act = effective_act(act, w, n, &rq), .x = x, .ldx = ldx,
+    dsr1_mm_job j = {.w = w, .n = n, .act = effective_act(act, w, n, dsr1_mm_rq_min_n(p), &rq), .x = x, .ldx = ldx,
                      .y = y, .ldy = ldy, .rq = rq};
     j.ldxb = (w->cols + 31) & ~(int64_t)31;
     j.ldxq = (w->cols + 63) & ~(int64_t)63;

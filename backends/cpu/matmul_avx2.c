@@ -168,55 +168,93 @@ void dsr1_mm_w4_prep_avx2(const int8_t *xq, int64_t ldxq, int n, int64_t cols, i
     }
 }
 
+/* Scale i of w (core/wmat.c's scale_at, inline: the grouped tiles read
+ * one per row and group). */
+INLINE float scale_at(const dsr1_wmat *w, int64_t i)
+{
+    if (w->scale_type == DSR1_T_F16) {
+        /* F16C's conversion is exact and dsr1_f16_to_f32's but for NaN
+         * (it sets the quiet bit): those go the scalar way */
+        const uint16_t h = ((const uint16_t *)w->scale)[i];
+        return (h & 0x7c00) == 0x7c00 ? dsr1_f16_to_f32(h) : _cvtsh_ss(h);
+    }
+    if (w->scale_type == DSR1_T_BF16) return dsr1_bf16_to_f32(((const uint16_t *)w->scale)[i]);
+    return ((const float *)w->scale)[i];
+}
+
 /* matmul.c's dsr1_mm_fp8_requant_row through the per-call table (the
  * same bytes and scales): a block's largest magnitude code by vector
- * maxima, then one lookup per weight. */
+ * maxima, then one lookup per weight. The lookup of a 7-bit magnitude in
+ * the block's 128-byte table is 8 vpshufb (one per 16 entries, on the low
+ * 4 bits) and a tree of 7 vpblendvb on bits 4, 5 and 6 (each shifted to
+ * its byte's top bit, which is what vpblendvb reads): depth 3 instead of
+ * a chain of 7, and no compares. Per 32 weights, Zen 3: the chain with
+ * its compares, not unrolled by gcc, and a scalar pass for each block's
+ * maximum took half of a 24-token W8A8 call (perf); see
+ * tests/test_kernels_avx2.c for the bytes. */
+INLINE int top_u8(__m256i mx)
+{
+    __m128i h = _mm_max_epu8(_mm256_castsi256_si128(mx), _mm256_extracti128_si256(mx, 1));
+    h = _mm_max_epu8(h, _mm_srli_si128(h, 8));
+    h = _mm_max_epu8(h, _mm_srli_si128(h, 4));
+    h = _mm_max_epu8(h, _mm_srli_si128(h, 2));
+    h = _mm_max_epu8(h, _mm_srli_si128(h, 1));
+    return _mm_cvtsi128_si32(h) & 0xff;
+}
+
 void dsr1_mm_fp8_requant_row_avx2(const dsr1_wmat *w, int64_t r, int8_t *q, float *s,
                                   const dsr1_mm_rq_tab *t)
 {
     const uint8_t *row = (const uint8_t *)w->data + r * w->cols;
-    const __m256i m7 = _mm256_set1_epi8(0x7f);
-    for (int64_t c0 = 0, k = 0; c0 < w->cols; c0 += w->group, k++) {
-        const int64_t c1 = c0 + w->group < w->cols ? c0 + w->group : w->cols;
-        const float bs = dsr1_wmat_scale(w, r, c0);
-        __m256i mx = _mm256_setzero_si256();
-        int64_t c = c0;
-        for (; c + 32 <= c1; c += 32)
-            mx = _mm256_max_epu8(mx, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(row + c)), m7));
-        uint8_t m32[32];
-        _mm256_storeu_si256((__m256i *)m32, mx);
-        int top = 0;
-        for (int i = 0; i < 32; i++) top = m32[i] > top ? m32[i] : top;
-        for (; c < c1; c++) top = (row[c] & 0x7f) > top ? row[c] & 0x7f : top;
-        s[k] = fmaxf(0.0f, t->value[top] * fabsf(bs)) / 127.0f;
-        if (!(s[k] > 0)) {
-            memset(q + c0, 0, (size_t)(c1 - c0));
-            continue;
+    const int64_t g = w->group, ng = (w->cols + g - 1) / g, sb = (r / g) * ng; /* wmat.c's FP8 scale index */
+    const __m256i m7 = _mm256_set1_epi8(0x7f), one = _mm256_set1_epi8(1);
+    /* blocks RQ_PIECE at a time: first their maxima and scales (no block
+     * waits on another's reduction and division), then the lookups */
+    enum { RQ_PIECE = 64 };
+    uint8_t top[RQ_PIECE];
+    for (int64_t k0 = 0; k0 < ng; k0 += RQ_PIECE) {
+        const int64_t k1 = k0 + RQ_PIECE < ng ? k0 + RQ_PIECE : ng;
+        for (int64_t k = k0; k < k1; k++) {
+            const int64_t c0 = k * g, c1 = c0 + g < w->cols ? c0 + g : w->cols;
+            __m256i mx = _mm256_setzero_si256();
+            int64_t c = c0;
+            for (; c + 32 <= c1; c += 32)
+                mx = _mm256_max_epu8(mx, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(row + c)), m7));
+            int m = top_u8(mx);
+            for (; c < c1; c++) m = (row[c] & 0x7f) > m ? row[c] & 0x7f : m;
+            top[k - k0] = (uint8_t)m;
+            s[k] = fmaxf(0.0f, t->value[m] * fabsf(scale_at(w, sb + k))) / 127.0f;
         }
-        const int8_t *code = t->code[top];
-        const unsigned neg = bs < 0 ? 0x80u : 0u;
-        /* 32 lookups at once: the 128 codes as 8 tables of 16 (vpshufb on
-         * the low 4 bits), the one the high 3 bits name kept; the sign as
-         * vpsignb by +-1 (the byte's sign xor the scale's). */
-        __m256i tab[8];
-        for (int h = 0; h < 8; h++)
-            tab[h] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(code + 16 * h)));
-        const __m256i lo4 = _mm256_set1_epi8(0x0f), negv = _mm256_set1_epi8((char)neg),
-                      one = _mm256_set1_epi8(1);
-        for (c = c0; c + 32 <= c1; c += 32) {
-            __m256i b = _mm256_loadu_si256((const __m256i *)(row + c));
-            __m256i idx = _mm256_and_si256(b, lo4);
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), _mm256_set1_epi8(0x07));
-            __m256i v = _mm256_shuffle_epi8(tab[0], idx);
-            for (int h = 1; h < 8; h++)
-                v = _mm256_blendv_epi8(v, _mm256_shuffle_epi8(tab[h], idx),
-                                       _mm256_cmpeq_epi8(hi, _mm256_set1_epi8((char)h)));
-            __m256i sg = _mm256_or_si256(_mm256_xor_si256(b, negv), one); /* sign bit, nonzero */
-            _mm256_storeu_si256((__m256i *)(q + c), _mm256_sign_epi8(v, sg));
-        }
-        for (; c < c1; c++) {
-            const int8_t v = code[row[c] & 0x7f];
-            q[c] = (int8_t)(((row[c] ^ neg) & 0x80u) ? -v : v);
+        for (int64_t k = k0; k < k1; k++) {
+            const int64_t c0 = k * g, c1 = c0 + g < w->cols ? c0 + g : w->cols;
+            if (!(s[k] > 0)) {
+                memset(q + c0, 0, (size_t)(c1 - c0));
+                continue;
+            }
+            const int8_t *code = t->code[top[k - k0]];
+            const unsigned neg = scale_at(w, sb + k) < 0 ? 0x80u : 0u;
+            const __m256i negv = _mm256_set1_epi8((char)neg);
+            int64_t c = c0;
+            for (; c + 32 <= c1; c += 32) {
+                const __m256i b = _mm256_loadu_si256((const __m256i *)(row + c));
+                const __m256i idx = _mm256_and_si256(b, m7); /* bit 7 clear: vpshufb reads bits 0-3 */
+                const __m256i b4 = _mm256_slli_epi16(b, 3), b5 = _mm256_slli_epi16(b, 2), b6 = _mm256_slli_epi16(b, 1);
+                __m256i l[4];
+#pragma GCC unroll 4
+                for (int h = 0; h < 4; h++) {
+                    const __m256i lo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(code + 32 * h))),
+                                  hi = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(code + 32 * h + 16)));
+                    l[h] = _mm256_blendv_epi8(_mm256_shuffle_epi8(lo, idx), _mm256_shuffle_epi8(hi, idx), b4);
+                }
+                const __m256i v = _mm256_blendv_epi8(_mm256_blendv_epi8(l[0], l[1], b5), _mm256_blendv_epi8(l[2], l[3], b5), b6);
+                /* the sign: vpsignb by +-1 (the byte's sign xor the scale's) */
+                const __m256i sg = _mm256_or_si256(_mm256_xor_si256(b, negv), one);
+                _mm256_storeu_si256((__m256i *)(q + c), _mm256_sign_epi8(v, sg));
+            }
+            for (; c < c1; c++) {
+                const int8_t v = code[row[c] & 0x7f];
+                q[c] = (int8_t)(((row[c] ^ neg) & 0x80u) ? -v : v);
+            }
         }
     }
 }
@@ -432,20 +470,6 @@ INLINE void tile_store(__m256 v, float *y, int64_t ldy, int two, int nt)
 }
 
 enum { W_INT8, W_INT8_GROUPS, W_RQ, W_INT4 };
-
-/* Scale i of w (core/wmat.c's scale_at, inline: the grouped tiles read
- * one per row and group). */
-INLINE float scale_at(const dsr1_wmat *w, int64_t i)
-{
-    if (w->scale_type == DSR1_T_F16) {
-        /* F16C's conversion is exact and dsr1_f16_to_f32's but for NaN
-         * (it sets the quiet bit): those go the scalar way */
-        const uint16_t h = ((const uint16_t *)w->scale)[i];
-        return (h & 0x7c00) == 0x7c00 ? dsr1_f16_to_f32(h) : _cvtsh_ss(h);
-    }
-    if (w->scale_type == DSR1_T_BF16) return dsr1_bf16_to_f32(((const uint16_t *)w->scale)[i]);
-    return ((const float *)w->scale)[i];
-}
 
 /* One 2-row x nt-token tile over all columns, the canonical epilogue of
  * matmul.c's row_int8 / row_int8_groups / row_int4 in each lane (the same

@@ -276,6 +276,11 @@ int dsr1_pool_avx512(const dsr1_pool *p);
  * xg[t][g] = -8 x the sum of xq[t] over group g, and FP8's requantised
  * rows from the per-call table (dsr1_mm_fp8_requant_row's bytes). */
 int dsr1_mm_avx2_usable(void);
+/* Where the fast mode's FP8 W8A8 starts on this machine (p: its pool, or
+ * NULL): DSR1_MM_RQ_MIN_N_AVX2 on an AVX2 CPU without AVX-512 kernels,
+ * else DSR1_MM_RQ_MIN_N (kernels.h). Per machine, not per kernel set, so
+ * the portable and AVX2 kernels of one machine agree on every call. */
+int dsr1_mm_rq_min_n(const dsr1_pool *p);
 void dsr1_mm_rows_avx2(const dsr1_mm_job *j, int64_t r0, int64_t r1);
 void dsr1_mm_int8_rows_avx2(const float *x, int64_t ldx, int n, int64_t cols, int8_t *xq, int64_t ldxq,
                             float *xs, int32_t *xsum);
