@@ -607,22 +607,34 @@ INLINE void fused_tail(const int nt, const int bf, const dsr1_mm_job *j, int64_t
  * its rows side by side, so the line it needs TILE_PF bytes of row later
  * is TILE_PF further along the same row - or, past the row's end, in the
  * same row of the next tile, (rt - 1) rows further. Rows shorter than
- * TILE_PF: whole tiles ahead, at least TILE_PF bytes of row. Into L1:
- * that keeps rt * TILE_PF bytes in flight (8 KiB for 4-row tiles).
- * Before, the same line one tile further on, hint T1 - 28 KiB ahead for
- * rows of 7168 bytes (why that lost on Zen 5 was not measured apart).
+ * TILE_PF: whole tiles ahead, at least TILE_PF bytes of row. That keeps
+ * rt * TILE_PF bytes in flight (8 KiB for 4-row tiles). Before, the same
+ * line one tile further on - 28 KiB ahead for rows of 7168 bytes (why
+ * that lost on Zen 5 was not measured apart).
  * dsr1_matmul at n = 1 over 1 GB of 2048x7168 FP8 matrices, 2 threads,
  * AMD EPYC Zen 5, the two alternated (two runs, two rounds each; a round of
  * the old build while the read loop fell to 32 GB/s left out): 37.8-38.9
  * -> 47.1-51.1 GB/s, 0.55-0.58 -> 0.67-0.77 of a read loop run after each
  * (per row 512 bytes ahead:
- * 0.60-0.63, 1024: 0.61-0.75, 3072-6144: 0.67-0.70; hint T1: 0.68-0.69).
+ * 0.60-0.63, 1024: 0.61-0.75, 3072-6144: 0.67-0.70; all into L1, hint T0;
+ * T1: 0.68-0.69).
  * The same loop reading the codes and nothing else ran at 0.51-0.64 the
  * old way, so it was the access pattern, not the decode. Short rows, one
  * thread as the per-head calls run, 200 MB of matrices, 3 alternated
  * rounds: 512x128 even (11.6-19.2 against 12.3-19.4 GB/s), 128x512
  * 19.1-22.4 against 13.2-18.5. Past the last
- * row it touches other rows or no mapping: prefetches do not fault. */
+ * row it touches other rows or no mapping: prefetches do not fault.
+ * Hint T1 (into L2), not T0: on Zen 4 lines asked into L1 held its few
+ * miss buffers, and one core streamed FP8 at half the INT8 row GEMV's
+ * rate. `bench kernels --type fp8 --shape 18432x7168 --n 1` (Zen 4,
+ * family 25 model 17, alternated, two rounds): one thread 16.0-17.0 GB/s
+ * with T0, 25.4-25.8 with T1 (no prefetch 13.2; T0 4 KiB ahead 15.7-16.8,
+ * 1 KiB 17.4-17.9; T1 4 KiB 24.8-26.6); two threads 32.2-35.1 -> 40.7-44.8.
+ * The other tiles that use it moved the same way (INT8 7168x18432 35.6-36.0
+ * -> 39.3-41.3, BF16 18432x7168 31.0-33.0 -> 35.9-36.5, two threads), and
+ * FP8 decode of the R1-shape file, builds alternated (`dsr1 bench --prompt
+ * 1 --gen 32`, 3 rounds): 9.64 / 10.16 / 11.70 -> 15.80 / 12.18 / 17.50
+ * tok/s. On Zen 5, T1 had measured even with T0 (above). */
 #define TILE_PF 2048
 typedef struct tile_pf {
     int64_t ahead; /* bytes from the line read to the one asked for */
@@ -640,7 +652,7 @@ INLINE tile_pf tile_pf_make(int rt, int64_t ldw, int64_t done)
 /* p: the line row a reads now, k bytes into the chunk. */
 INLINE void tile_prefetch(const uint8_t *p, int64_t k, tile_pf f)
 {
-    _mm_prefetch((const char *)p + f.ahead + (k + f.ahead >= f.left ? f.wrap : 0), _MM_HINT_T0);
+    _mm_prefetch((const char *)p + f.ahead + (k + f.ahead >= f.left ? f.wrap : 0), _MM_HINT_T1);
 }
 
 /* Rows r..r+3, tokens t0..t0+nt-1, one column chunk [c0, c0+len): the
