@@ -1541,7 +1541,7 @@ INLINE void gemv_i8_short4(const int nt, const int8_t *w, int64_t cols, const in
  * FFN down, 18432) at 1 or 2 tokens: x's codes (16-36 KiB) no longer stay
  * in L1 beside the weight stream, so a row at a time reloads them from L2
  * for every row. Here four rows go side by side and each x vector serves
- * all four, the lines asked for into L1 as the FP8 GEMV does
+ * all four, the lines asked for ahead as the FP8 GEMV does
  * (tile_prefetch). Exact integer dots, so the same bits. Measured in the
  * model (R1-shape INT8 file, AMD EPYC Zen 5, 2 threads, batch-1 decode
  * steps alternating the two ways in one process, 7 runs): 7168x16384
