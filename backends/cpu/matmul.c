@@ -615,8 +615,8 @@ static void call_setup(mm_call *c, dsr1_pool *p, const dsr1_wmat *w, const dsr1_
                        dsr1_mm_kernel k)
 {
     int rq;
-    dsr1_mm_job j = {.w = w, .n = n, .act = effective_act(act, w, n, dsr1_mm_rq_min_n(p), &rq), .x = x, .ldx = ldx,
-                     .y = y, .ldy = ldy, .rq = rq};
+    const dsr1_act ea = effective_act(act, w, n, dsr1_mm_rq_min_n(p), &rq);
+    dsr1_mm_job j = {.w = w, .n = n, .act = ea, .x = x, .ldx = ldx, .y = y, .ldy = ldy, .rq = rq};
     j.ldxb = (w->cols + 31) & ~(int64_t)31;
     j.ldxq = (w->cols + 63) & ~(int64_t)63;
     j.ldxp = (w->cols + 127) & ~(int64_t)127;

@@ -238,12 +238,14 @@ void dsr1_mm_fp8_requant_row_avx2(const dsr1_wmat *w, int64_t r, int8_t *q, floa
             for (; c + 32 <= c1; c += 32) {
                 const __m256i b = _mm256_loadu_si256((const __m256i *)(row + c));
                 const __m256i idx = _mm256_and_si256(b, m7); /* bit 7 clear: vpshufb reads bits 0-3 */
-                const __m256i b4 = _mm256_slli_epi16(b, 3), b5 = _mm256_slli_epi16(b, 2), b6 = _mm256_slli_epi16(b, 1);
+                const __m256i b4 = _mm256_slli_epi16(b, 3), b5 = _mm256_slli_epi16(b, 2),
+                              b6 = _mm256_slli_epi16(b, 1);
                 __m256i l[4];
 #pragma GCC unroll 4
                 for (int h = 0; h < 4; h++) {
-                    const __m256i lo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(code + 32 * h))),
-                                  hi = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(code + 32 * h + 16)));
+                    const __m128i *e = (const __m128i *)(code + 32 * h); /* entries 32h .. 32h+31 */
+                    const __m256i lo = _mm256_broadcastsi128_si256(_mm_loadu_si128(e)),
+                                  hi = _mm256_broadcastsi128_si256(_mm_loadu_si128(e + 1));
                     l[h] = _mm256_blendv_epi8(_mm256_shuffle_epi8(lo, idx), _mm256_shuffle_epi8(hi, idx), b4);
                 }
                 const __m256i v = _mm256_blendv_epi8(_mm256_blendv_epi8(l[0], l[1], b5), _mm256_blendv_epi8(l[2], l[3], b5), b6);

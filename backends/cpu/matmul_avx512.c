@@ -627,7 +627,8 @@ INLINE void fused_tail(const int nt, const int bf, const dsr1_mm_job *j, int64_t
  * Hint T1 (into L2), not T0: on Zen 4 lines asked into L1 held its few
  * miss buffers, and one core streamed FP8 at half the INT8 row GEMV's
  * rate. `bench kernels --type fp8 --shape 18432x7168 --n 1` (Zen 4,
- * family 25 model 17, alternated, two rounds): one thread 16.0-17.0 GB/s
+ * family 25 model 17, alternated, two rounds, three at two threads): one
+ * thread 16.0-17.0 GB/s
  * with T0, 25.4-25.8 with T1 (no prefetch 13.2; T0 4 KiB ahead 15.7-16.8,
  * 1 KiB 17.4-17.9; T1 4 KiB 24.8-26.6); two threads 32.2-35.1 -> 40.7-44.8.
  * The other tiles that use it moved the same way (INT8 7168x18432 35.6-36.0
