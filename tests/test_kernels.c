@@ -545,12 +545,12 @@ DSR1_TEST(kernels_int8_act_special_values)
 
 /* The integer kernels (W4A8, W8A8) against the portable kernel on m, bit
  * for bit, for each n of ns: 1 thread, the pool's threads, and every 13th
- * token alone against its row in the batch. x: 300 tokens, stride ldx. */
+ * token alone against its row in the batch. x: 600 tokens, stride ldx. */
 static void int_matches_portable(dsr1_test_ctx *t, const tmat *m, const float *x, int64_t ldx,
                                  const int *ns, int nn, dsr1_pool *pool, const char *kind)
 {
     int64_t rows = m->w.rows, cols = m->w.cols;
-    size_t ybytes = (size_t)300 * (size_t)rows * 4;
+    size_t ybytes = (size_t)600 * (size_t)rows * 4;
     float *y = malloc(ybytes), *port = malloc(ybytes), *one = malloc((size_t)rows * 4);
     for (int ni = 0; ni < nn; ni++) {
         int n = ns[ni];
@@ -581,7 +581,7 @@ static void int_matches_portable(dsr1_test_ctx *t, const tmat *m, const float *x
  * block (g32: 32, 64 or 96 columns of it) and several 512-column chunks,
  * n = 1 (the one-token kernels: a row at a time in 16-group blocks, here
  * 5, 34 = 2 blocks + 2 and 18 groups; past W4R_MAXC columns, 257 groups,
- * 16 rows side by side), 2, 3, 4, 5, 7, 8 (the register GEMV), 9, 64, 300
+ * 16 rows side by side), 2, 3, 4, 5, 7, 8 (the register GEMV), 9, 64, 600
  * (the code panel: ragged 6-token tiles, two token blocks) on 2 threads
  * (16-row tasks) and on 1 (one task: 32-row panels, a ragged last one):
  * the AVX-512 kernel gives the portable kernel's bits, and every 13th
@@ -590,7 +590,7 @@ DSR1_TEST(kernels_int4_w4a8_matches_portable)
 {
     if (!dsr1_mm_avx512_usable() && !dsr1_mm_avx2_usable())
         DSR1_SKIP("no AVX-512 BF16/VNNI kernels on this CPU: %s", "dsr1_matmul would be the portable kernel compared with itself");
-    static const int ns[] = {1, 2, 3, 4, 5, 7, 8, 9, 64, 300};
+    static const int ns[] = {1, 2, 3, 4, 5, 7, 8, 9, 64, 600};
     static const int64_t shapes[][3] = {/* variant, rows, cols */
                                         {0, 37, 224}, {0, 21, 4160}, {1, 45, 640}, {1, 19, 4352},
                                         {0, 50, 1120}, {2, 23, 2304}, {2, 3, 32896}};
@@ -601,7 +601,7 @@ DSR1_TEST(kernels_int4_w4a8_matches_portable)
         int variant = (int)shapes[si][0];
         int64_t rows = shapes[si][1], cols = shapes[si][2], ldx = cols + 5;
         tmat m = dsr1_test_mat(DSR1_T_INT4, rows, cols, variant, 61 + (uint64_t)si);
-        float *x = make_x(300, ldx, 62 + (uint64_t)si);
+        float *x = make_x(600, ldx, 62 + (uint64_t)si);
         int_matches_portable(t, &m, x, ldx, ns, 10, pool, "W4A8");
         free(x);
         dsr1_test_mat_free(&m);
@@ -622,7 +622,7 @@ static void int8_shapes_match(dsr1_test_ctx *t, const int64_t (*shapes)[2], int 
     for (int si = 0; si < nshapes; si++) {
         int64_t rows = shapes[si][0], cols = shapes[si][1], ldx = cols + 3;
         tmat m = dsr1_test_mat(DSR1_T_INT8, rows, cols, 0, seed + 2 * (uint64_t)si);
-        float *x = make_x(300, ldx, seed + 2 * (uint64_t)si + 1);
+        float *x = make_x(600, ldx, seed + 2 * (uint64_t)si + 1);
         int_matches_portable(t, &m, x, ldx, ns, nn, pool, kind);
         free(x);
         dsr1_test_mat_free(&m);
@@ -637,13 +637,13 @@ static void int8_shapes_match(dsr1_test_ctx *t, const int64_t (*shapes)[2], int 
  * 21), one and several 512-column chunks with a ragged last one (192,
  * 1600, 4160) and columns no multiple of 64 (200), n = 5, 7, 23 (the
  * lanes-as-columns panel: fewer tokens than I8L_MIN_N = 24), 24, 64 (a
- * ragged 6-token tile) and 300 (two 192-token blocks), 1 thread (one
+ * ragged 6-token tile) and 600 (two 512-token blocks), 1 thread (one
  * task) and 2; every 13th token alone gives its bits in the batch. */
 DSR1_TEST(kernels_int8_w8a8_lanes_matches_portable)
 {
     if (!dsr1_mm_avx512_usable() && !dsr1_mm_avx2_usable())
         DSR1_SKIP("no AVX-512 BF16/VNNI kernels on this CPU: %s", "dsr1_matmul would be the portable kernel compared with itself");
-    static const int ns[] = {5, 7, 23, 24, 64, 300};
+    static const int ns[] = {5, 7, 23, 24, 64, 600};
     static const int64_t shapes[][2] = {{37, 192}, {45, 1600}, {21, 4160}, {40, 200}};
     int8_shapes_match(t, shapes, 4, ns, 6, 81, "W8A8", 0);
 }

@@ -45,8 +45,16 @@
  * took 2.0-2.1x this kernel's time on R1's shapes (Zen 4, 2 threads;
  * 2.2-3.0x in one thread's CPU time); W4A8 is now 1.2-1.3x faster than
  * W8A8 there, and vpdpbusd is most of its profile (README, Performance). */
+/* W4_TB (and I8L_TB below): 512 tokens, so that a prefill chunk of 512
+ * builds each code panel once instead of three times (at 192, the value
+ * before); the accumulators of a block (64 KB) then live in L2, read and
+ * written once per tile and chunk. One process alternating the two builds
+ * (prefill 512, R1-shape files, Zen 4, 2 threads, 4 rounds each, both
+ * orders for FP8): INT4 174.2-179.8 -> 180.5-185.2 tok/s, INT8 188.6-190.8
+ * -> 190.7-194.6, FP8 (W8A8) 155.3-172.1 -> 167.2-175.6, ahead in 8 of 8.
+ * (Tried on Zen 5 earlier for W8A8 alone: within that machine's noise.) */
 #define W4_NT 6
-#define W4_TB 192
+#define W4_TB 512
 #define W4_KC 512                   /* a multiple of 128 */
 #define W4_GV_N 8                   /* most tokens w4_gemv takes; the code panel above */
 
@@ -576,7 +584,7 @@ void dsr1_mm_rows_w4a8_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1)
  * Columns a multiple of 64 (R1's shapes) and from I8L_MIN_N tokens
  * (matmul_avx512.c); others take rows_int8_panel. */
 #define I8L_NT 6
-#define I8L_TB 192
+#define I8L_TB 512
 #define I8L_KC 512
 
 /* Rows [r, r + pr) (pr <= 32, rv halves of 16), columns [c0, c0 + len)
