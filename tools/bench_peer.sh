@@ -28,7 +28,9 @@
 #       llama-bench -m G -p 512 -n 32 -t T -r 1          (llama.cpp)
 #       llama-bench -m G -p 512 -n 32 -t T -r 1 -mla 3 -fmoe 1   (ik_llama.cpp)
 #     and prints the medians of prefill (pp512) and decode (tg32) tokens/s
-#     and the ratios dsr1 / peer, with the CPU named. Decode is timed from
+#     and the ratios dsr1 / peer, with the CPU named; then each round's own
+#     ratio (the three engines' runs of one round side by side): their
+#     median and in how many rounds dsr1 was ahead. Decode is timed from
 #     an empty context on every side: llama-bench's tg test starts at
 #     position 0, so dsr1's comes from its 1-token prompt row (before
 #     2026-11-27 it came from the 512-token row, attending to 512 more
@@ -185,14 +187,14 @@ for t in $TYPES; do
     uncache "$f" $g
     run_dsr1 "$f" >/dev/null || true
     for r in $(seq "$ROUNDS"); do
-        x=$(run_dsr1 "$f") && echo "dsr1 $t $x" >>"$RUNS" || say "dsr1 $t round $r failed"
+        x=$(run_dsr1 "$f") && echo "dsr1 $t $x $r" >>"$RUNS" || say "dsr1 $t round $r failed"
         # the FP8 file again with its prefill in bf16, against the same GGUF rows
         if [ "$t" = fp8 ] && [ "${FP8_BF16:-1}" = 1 ]; then
-            x=$(run_dsr1 "$f" --fp8-prefill bf16) && echo "dsr1 fp8-bf16 $x" >>"$RUNS" ||
+            x=$(run_dsr1 "$f" --fp8-prefill bf16) && echo "dsr1 fp8-bf16 $x $r" >>"$RUNS" ||
                 say "dsr1 fp8 --fp8-prefill bf16 round $r failed"
         fi
-        if [ -n "$LL" ]; then x=$(run_llama "$LL" "$g") && echo "llama $t $x" >>"$RUNS" || say "llama.cpp $q round $r failed"; fi
-        if [ -n "$IK" ]; then x=$(run_llama "$IK" "$g" -mla 3 -fmoe 1) && echo "ik $t $x" >>"$RUNS" || say "ik_llama.cpp $q round $r failed"; fi
+        if [ -n "$LL" ]; then x=$(run_llama "$LL" "$g") && echo "llama $t $x $r" >>"$RUNS" || say "llama.cpp $q round $r failed"; fi
+        if [ -n "$IK" ]; then x=$(run_llama "$IK" "$g" -mla 3 -fmoe 1) && echo "ik $t $x $r" >>"$RUNS" || say "ik_llama.cpp $q round $r failed"; fi
     done
     if [ -z "${KEEP:-}" ]; then
         rm -f "$f"
@@ -203,6 +205,25 @@ done
 # ---- table ---------------------------------------------------------------------
 cpu=$("$DSR1" info --hw 2>/dev/null | awk -F': *' '/^cpu:/ { print $2; exit }')
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b == 0) print "-"; else printf "%.2f", a / b }'; }
+# The rounds' own ratios: dsr1's run of type $1 against peer $2's run of
+# type $3 in the same round (field 5 of runs.txt), column $4: "median
+# ahead/rounds". Each round's three runs share the machine's state of
+# those minutes (its memory runs in slower and faster spells here, which
+# move every engine's decode by up to 1.5x), so the median of the paired
+# ratios is steadier than the ratio of two medians taken over different
+# rounds; both are printed.
+rounds() {
+    awk -v t="$1" -v p="$2" -v pt="$3" -v k="$4" '
+        $1 == "dsr1" && $2 == t && NF >= 5 { d[$5] = $k }
+        $1 == p && $2 == pt && NF >= 5 { q[$5] = $k }
+        END {
+            n = 0; w = 0
+            for (r in d) if ((r in q) && q[r] > 0) { v[++n] = d[r] / q[r]; w += d[r] > q[r] }
+            if (!n) { print "-"; exit }
+            for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j] < v[j - 1]; j--) { x = v[j]; v[j] = v[j - 1]; v[j - 1] = x }
+            printf "%.2f %d/%d\n", n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2, w, n
+        }' "$RUNS"
+}
 {
     echo "machine: ${cpu:-unknown CPU}, $(nproc) CPUs, $THREADS threads; medians of $ROUNDS interleaved rounds"
     echo "dsr1 $("$DSR1" --version 2>/dev/null | head -1) ($REV)" \
@@ -216,6 +237,17 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b == 0) p
             what=$([ $k = 3 ] && echo "pp$PP" || echo "tg$TG")
             d=$(col dsr1 "$t" $k) l=$(col llama "${t%-bf16}" $k) i=$(col ik "${t%-bf16}" $k)
             printf '%-22s %8s %8s %8s %8s %8s\n' "$what $t vs $q" "$d" "$l" "$i" "$(ratio "$d" "$l")" "$(ratio "$d" "$i")"
+        done
+    done
+    echo "per round (each round's dsr1 / peer, then their median and the rounds dsr1 was ahead in):"
+    printf '%-22s %14s %14s\n' "" "dsr1/llama" "dsr1/ik"
+    for t in $(echo " $TYPES " | sed 's/ fp8 / fp8 fp8-bf16 /'); do
+        [ "$t" = fp8-bf16 ] && [ "${FP8_BF16:-1}" != 1 ] && continue
+        q=$(gguf_for "${t%-bf16}")
+        for k in 3 4; do
+            what=$([ $k = 3 ] && echo "pp$PP" || echo "tg$TG")
+            printf '%-22s %14s %14s\n' "$what $t vs $q" "$(rounds "$t" llama "${t%-bf16}" $k)" \
+                "$(rounds "$t" ik "${t%-bf16}" $k)"
         done
     done
 } | tee "$W/peer.txt"
