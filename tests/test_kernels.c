@@ -583,7 +583,9 @@ static void int_matches_portable(dsr1_test_ctx *t, const tmat *m, const float *x
  * 5, 34 = 2 blocks + 2 and 18 groups; past W4R_MAXC columns, 257 groups,
  * 16 rows side by side), 2, 3, 4, 5, 7, 8 (the register GEMV), 9, 64, 600
  * (the code panel: ragged 6-token tiles, two token blocks) on 2 threads
- * (16-row tasks) and on 1 (one task: 32-row panels, a ragged last one):
+ * (16-row tasks; one token also with the pool's hwpf set, the row GEMV
+ * without software prefetch) and on 1 (one task: 32-row panels, a ragged
+ * last one):
  * the AVX-512 kernel gives the portable kernel's bits, and every 13th
  * token alone (1 thread) gives its bits in the batch. */
 DSR1_TEST(kernels_int4_w4a8_matches_portable)
@@ -603,6 +605,11 @@ DSR1_TEST(kernels_int4_w4a8_matches_portable)
         tmat m = dsr1_test_mat(DSR1_T_INT4, rows, cols, variant, 61 + (uint64_t)si);
         float *x = make_x(600, ldx, 62 + (uint64_t)si);
         int_matches_portable(t, &m, x, ldx, ns, 10, pool, "W4A8");
+        /* one token without the row GEMV's software prefetch (the decoder's
+         * pftune choice): the same bits */
+        dsr1_pool_set_hwpf(pool, 1);
+        int_matches_portable(t, &m, x, ldx, ns, 1, pool, "W4A8 (hardware prefetch)");
+        dsr1_pool_set_hwpf(pool, 0);
         free(x);
         dsr1_test_mat_free(&m);
     }

@@ -94,7 +94,8 @@ typedef struct dsr1_mm_job {
     const struct dsr1_mm_rq_tab *rqt; /* rq with the AVX-512 kernels: the tables, in scratch */
     int amx;                 /* W8A8 may run on AMX tiles (dsr1_pool_amx; not for
                                 DSR1_MM_AVX512_NOAMX) */
-    int hwpf;                /* the INT8 row GEMV without software prefetch (dsr1_pool_hwpf) */
+    int hwpf;                /* the INT8 and INT4 row GEMVs without software prefetch
+                                (dsr1_pool_hwpf) */
 } dsr1_mm_job;
 
 /* Fewest tokens W8A8 takes AMX from (the tiles hold 32 tokens; the rest

@@ -345,10 +345,17 @@ INLINE void w4_gemv1(const int g32, const dsr1_mm_job *j, int64_t r0, int64_t r1
  * with rows in lanes (80 GB/s from L3, but 31-34 from DRAM: the 16 rows'
  * scale strips are 16 streams again). In the model (INT4 file, one-token
  * steps alternating this kernel and w4_gemv1 in one process, 67 each,
- * two runs): steps 3.3% and 3.5% faster. */
+ * two runs): steps 3.3% and 3.5% faster. pf = 0 (j->hwpf, the decoder's
+ * per-step choice, pftune.h) leaves the stream to the hardware prefetcher,
+ * as the INT8 row GEMV does: on Zen 4 (2 threads, 2048x7168 from 1 GB of
+ * copies, one process alternating variants, 8 rounds) no prefetch
+ * streamed -5% to +8% against 2 KiB ahead, ahead in 7 of 8 rounds (1 KiB:
+ * +3-7%, 4 KiB: even) in one spell of the machine, and INT4 decode of the R1-shape file, the
+ * builds alternated in one process, took the choice ahead in 9 of 14
+ * rounds (by 1-3% in the medians). */
 #define W4R_MAXC 32768 /* x' on the stack: wider rows go 16 side by side */
 #define W4R_PF 2048 /* each line asked for this far ahead, into L2 */
-INLINE void w4_row1(const dsr1_mm_job *j, int64_t r0, int64_t r1)
+INLINE void w4_row1(const int pf, const dsr1_mm_job *j, int64_t r0, int64_t r1)
 {
     const dsr1_wmat *w = j->w;
     const int64_t ng = w->cols / 128, ld = w->cols / 2;
@@ -372,7 +379,7 @@ INLINE void w4_row1(const dsr1_mm_job *j, int64_t r0, int64_t r1)
             for (int i = 0; i < 16; i++) {
                 if (i < cnt) {
                     const char *pi = (const char *)p + (gb + i) * 64;
-                    _mm_prefetch(pi + W4R_PF, _MM_HINT_T1);
+                    if (pf) _mm_prefetch(pi + W4R_PF, _MM_HINT_T1);
                     const __m512i v = _mm512_loadu_si512(pi);
                     const int8_t *x = xlh + 128 * (gb + i);
                     d[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w4_lo(v),
@@ -505,7 +512,10 @@ static void w4_gemv_any(const dsr1_mm_job *j, int64_t r0, int64_t r1, int g32)
 {
     switch (j->n * 2 + g32) {
     case 2:
-        if (j->w->cols <= W4R_MAXC && j->w->cols % 128 == 0) w4_row1(j, r0, r1);
+        if (j->w->cols <= W4R_MAXC && j->w->cols % 128 == 0) {
+            if (j->hwpf) w4_row1(0, j, r0, r1);
+            else w4_row1(1, j, r0, r1);
+        }
         else w4_gemv1(0, j, r0, r1);
         break;
     case 3: w4_gemv1(1, j, r0, r1); break;

@@ -59,7 +59,7 @@ struct dsr1_pool {
     size_t scratch_cap;
     int avx512;              /* dsr1_mm_avx512_usable() at creation */
     int amx;                 /* dsr1_mm_amx_usable() at creation */
-    int hwpf;                /* the INT8 row GEMV without software prefetch
+    int hwpf;                /* the INT8 and INT4 row GEMVs without software prefetch
                                 (dsr1_pool_set_hwpf: the decode-time choice, pftune.h) */
 };
 
