@@ -1,7 +1,8 @@
 /*
  * pftune.h - choosing, while decoding, whether the INT8 and INT4 row GEMVs
  * (matmul_avx512.c, matmul_lanes_avx512.c) ask for their weight lines
- * ahead (software prefetch) or leave the stream to the hardware prefetcher. Which is faster depends on how loaded the machine's
+ * ahead (software prefetch) or leave the stream to the hardware
+ * prefetcher. Which is faster depends on how loaded the machine's
  * memory is, and on the VMs here that changes by the minute (README,
  * Performance: "What changed for decode (1f171c5)"): so the decoder
  * measures both, step against step, and keeps the faster for a while, then
