@@ -350,9 +350,11 @@ INLINE void w4_gemv1(const int g32, const dsr1_mm_job *j, int64_t r0, int64_t r1
  * as the INT8 row GEMV does: on Zen 4 (2 threads, 2048x7168 from 1 GB of
  * copies, one process alternating variants, 8 rounds) no prefetch
  * streamed -5% to +8% against 2 KiB ahead, ahead in 7 of 8 rounds (1 KiB:
- * +3-7%, 4 KiB: even) in one spell of the machine, and INT4 decode of the R1-shape file, the
- * builds alternated in one process, took the choice ahead in 9 of 14
- * rounds (by 1-3% in the medians). */
+ * +3-7%, 4 KiB: even) in one spell of the machine; INT4 decode of the
+ * R1-shape file, the builds alternated in one process, took the choice
+ * ahead in 9 of 14 rounds (by 1-3% in the medians). Rows side by side or
+ * pipelined (README, Zen 4 "INT4 decode") ran faster from L3, slower
+ * from DRAM: not kept. */
 #define W4R_MAXC 32768 /* x' on the stack: wider rows go 16 side by side */
 #define W4R_PF 2048 /* each line asked for this far ahead, into L2 */
 INLINE void w4_row1(const int pf, const dsr1_mm_job *j, int64_t r0, int64_t r1)
@@ -515,8 +517,9 @@ static void w4_gemv_any(const dsr1_mm_job *j, int64_t r0, int64_t r1, int g32)
         if (j->w->cols <= W4R_MAXC && j->w->cols % 128 == 0) {
             if (j->hwpf) w4_row1(0, j, r0, r1);
             else w4_row1(1, j, r0, r1);
+        } else {
+            w4_gemv1(0, j, r0, r1);
         }
-        else w4_gemv1(0, j, r0, r1);
         break;
     case 3: w4_gemv1(1, j, r0, r1); break;
     case 4: w4_gemv(2, 0, j, r0, r1); break;
