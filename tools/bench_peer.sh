@@ -205,25 +205,14 @@ done
 # ---- table ---------------------------------------------------------------------
 cpu=$("$DSR1" info --hw 2>/dev/null | awk -F': *' '/^cpu:/ { print $2; exit }')
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b == 0) print "-"; else printf "%.2f", a / b }'; }
-# The rounds' own ratios: dsr1's run of type $1 against peer $2's run of
-# type $3 in the same round (field 5 of runs.txt), column $4: "median
+# The rounds' own ratios (tools/peer_rounds.awk): dsr1's run of type $1
+# against peer $2's run of type $3 in the same round, column $4: "median
 # ahead/rounds". Each round's three runs share the machine's state of
 # those minutes (its memory runs in slower and faster spells here, which
 # move every engine's decode by up to 1.5x), so the median of the paired
 # ratios is steadier than the ratio of two medians taken over different
 # rounds; both are printed.
-rounds() {
-    awk -v t="$1" -v p="$2" -v pt="$3" -v k="$4" '
-        $1 == "dsr1" && $2 == t && NF >= 5 { d[$5] = $k }
-        $1 == p && $2 == pt && NF >= 5 { q[$5] = $k }
-        END {
-            n = 0; w = 0
-            for (r in d) if ((r in q) && q[r] > 0) { v[++n] = d[r] / q[r]; w += d[r] > q[r] }
-            if (!n) { print "-"; exit }
-            for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j] < v[j - 1]; j--) { x = v[j]; v[j] = v[j - 1]; v[j - 1] = x }
-            printf "%.2f %d/%d\n", n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2, w, n
-        }' "$RUNS"
-}
+rounds() { awk -v t="$1" -v p="$2" -v pt="$3" -v k="$4" -f "$HERE/peer_rounds.awk" "$RUNS"; }
 {
     echo "machine: ${cpu:-unknown CPU}, $(nproc) CPUs, $THREADS threads; medians of $ROUNDS interleaved rounds"
     echo "dsr1 $("$DSR1" --version 2>/dev/null | head -1) ($REV)" \
