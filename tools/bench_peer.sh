@@ -23,7 +23,9 @@
 #     FP8 file is converted with INT8 heads (FP8_HEAD=bf16: as published).
 #  4. for each pair, ROUNDS rounds (default 3), each round running dsr1,
 #     llama.cpp and ik_llama.cpp once in turn (interleaved: a burst of load
-#     from other processes hits all three alike) with the same threads:
+#     from other processes hits all three alike; each round starts with the
+#     next engine, so each place in the order comes to each) with the same
+#     threads:
 #       dsr1 bench -m F --prompt 512,1 --gen 32 --batch 1 --threads T
 #       llama-bench -m G -p 512 -n 32 -t T -r 1          (llama.cpp)
 #       llama-bench -m G -p 512 -n 32 -t T -r 1 -mla 3 -fmoe 1   (ik_llama.cpp)
@@ -168,6 +170,17 @@ for p in sys.argv[1:]:
     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     os.close(fd)' "$@" || say "could not drop $* from the page cache"
 }
+rotate() { # r words... -> the words, starting from word ((r - 1) mod count) + 1
+    r=$1
+    shift
+    k=$(((r - 1) % $#))
+    out=
+    i=0
+    for w in "$@"; do [ $i -ge $k ] && out="$out $w"; i=$((i + 1)); done
+    i=0
+    for w in "$@"; do [ $i -lt $k ] && out="$out $w"; i=$((i + 1)); done
+    echo $out
+}
 median() { sort -g | awk '{ v[NR] = $1 } END { if (!NR) { print "-"; exit } print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 col() { awk -v e="$1" -v t="$2" -v k="$3" '$1 == e && $2 == t { print $k }' "$RUNS" | median |
     awk '{ if ($1 == "-") print; else printf "%.2f\n", $1 }'; }
@@ -187,14 +200,25 @@ for t in $TYPES; do
     uncache "$f" $g
     run_dsr1 "$f" >/dev/null || true
     for r in $(seq "$ROUNDS"); do
-        x=$(run_dsr1 "$f") && echo "dsr1 $t $x $r" >>"$RUNS" || say "dsr1 $t round $r failed"
-        # the FP8 file again with its prefill in bf16, against the same GGUF rows
-        if [ "$t" = fp8 ] && [ "${FP8_BF16:-1}" = 1 ]; then
-            x=$(run_dsr1 "$f" --fp8-prefill bf16) && echo "dsr1 fp8-bf16 $x $r" >>"$RUNS" ||
-                say "dsr1 fp8 --fp8-prefill bf16 round $r failed"
-        fi
-        if [ -n "$LL" ]; then x=$(run_llama "$LL" "$g") && echo "llama $t $x $r" >>"$RUNS" || say "llama.cpp $q round $r failed"; fi
-        if [ -n "$IK" ]; then x=$(run_llama "$IK" "$g" -mla 3 -fmoe 1) && echo "ik $t $x $r" >>"$RUNS" || say "ik_llama.cpp $q round $r failed"; fi
+        # Each round starts with the next engine (round 1: dsr1, llama.cpp,
+        # ik_llama.cpp; round 2: llama.cpp, ik_llama.cpp, dsr1; ...), so no
+        # engine always runs first, right after the untimed pass or another
+        # engine's run: each place in the order comes to each engine alike.
+        for e in $(rotate "$r" dsr1 llama ik); do
+            case $e in
+            dsr1)
+                x=$(run_dsr1 "$f") && echo "dsr1 $t $x $r" >>"$RUNS" || say "dsr1 $t round $r failed"
+                # the FP8 file again with its prefill in bf16, against the same GGUF rows
+                if [ "$t" = fp8 ] && [ "${FP8_BF16:-1}" = 1 ]; then
+                    x=$(run_dsr1 "$f" --fp8-prefill bf16) && echo "dsr1 fp8-bf16 $x $r" >>"$RUNS" ||
+                        say "dsr1 fp8 --fp8-prefill bf16 round $r failed"
+                fi ;;
+            llama)
+                if [ -n "$LL" ]; then x=$(run_llama "$LL" "$g") && echo "llama $t $x $r" >>"$RUNS" || say "llama.cpp $q round $r failed"; fi ;;
+            ik)
+                if [ -n "$IK" ]; then x=$(run_llama "$IK" "$g" -mla 3 -fmoe 1) && echo "ik $t $x $r" >>"$RUNS" || say "ik_llama.cpp $q round $r failed"; fi ;;
+            esac
+        done
     done
     if [ -z "${KEEP:-}" ]; then
         rm -f "$f"

@@ -1,0 +1,76 @@
+#!/bin/sh
+# bench_peer_order.sh - tools/bench_peer.sh end to end with stand-in
+# engines: a fake dsr1 and two fake llama-bench builds that log each run
+# and print fixed speeds. Checks the order of the runs (one untimed dsr1
+# pass, then each round starting with the next engine: dsr1 llama ik,
+# llama ik dsr1, ik dsr1 llama, dsr1 llama ik), that every run lands in
+# runs.txt with its round, and the table's medians and ratios. The steps
+# that build peers, generate the checkpoint and convert it are skipped
+# because their outputs exist (what the script promises for reruns).
+set -u
+fail=0
+HERE=$(pwd)
+W=$TMPDIR/w
+LOG=$TMPDIR/order.log
+export LOG
+mkdir -p "$W/build-llama/bin" "$W/build-ik/bin" "$TMPDIR/ckpt" "$TMPDIR/src"
+echo '{}' >"$TMPDIR/ckpt/config.json"
+: >"$W/r1-int8.dsr1"
+: >"$W/r1-q8_0.gguf"
+: >"$LOG"
+
+# dsr1: `bench` rows as cli/bench_model.c prints them (prompt batch gen
+# ttft prefill tpot decode ...): prefill 200 tok/s, decode 20.
+cat >"$TMPDIR/dsr1" <<'EOF'
+#!/bin/sh
+case $1 in
+bench)
+    echo dsr1 >>"$LOG"
+    echo " prompt batch   gen    ttft_ms  prefill_t/s   tpot_ms  decode_t/s"
+    echo "    512     1    32      100.0       200.00     50.00       20.00"
+    echo "      1     1    32        5.0         1.00     50.00       20.00" ;;
+info) echo "cpu: Stand-in CPU" ;;
+--version) echo "dsr1 stand-in" ;;
+esac
+EOF
+# llama-bench -o csv: a prefill row and a decode row
+for e in llama:100:10 ik:150:16; do
+    name=${e%%:*} rest=${e#*:}
+    cat >"$W/build-$name/bin/llama-bench" <<EOF
+#!/bin/sh
+echo $name >>"\$LOG"
+echo "n_prompt,n_gen,avg_ts"
+echo "512,0,${rest%%:*}"
+echo "0,32,${rest#*:}"
+EOF
+    printf '#!/bin/sh\nexit 1\n' >"$W/build-$name/bin/llama-quantize"
+done
+chmod +x "$TMPDIR/dsr1" "$W"/build-*/bin/*
+
+out=$(DSR1="$TMPDIR/dsr1" W="$W" CKPT="$TMPDIR/ckpt" LLAMA_SRC="$TMPDIR/src" IK_SRC="$TMPDIR/src" \
+    TYPES=int8 ROUNDS=4 KEEP=1 PYTHON=$(command -v python3) sh "$HERE/tools/bench_peer.sh" 2>"$TMPDIR/err")
+rc=$?
+[ $rc = 0 ] || { echo "FAIL: bench_peer.sh exit $rc"; cat "$TMPDIR/err"; exit 1; }
+
+got=$(tr '\n' ' ' <"$LOG")
+want="dsr1 dsr1 llama ik llama ik dsr1 ik dsr1 llama dsr1 llama ik "
+[ "$got" = "$want" ] || { echo "FAIL: run order '$got', want '$want'"; fail=1; }
+
+# every run in runs.txt with its round, in the order they ran
+got=$(awk '{ printf "%s%s ", $1, $5 }' "$W/runs.txt")
+want="dsr11 llama1 ik1 llama2 ik2 dsr12 ik3 dsr13 llama3 dsr14 llama4 ik4 "
+[ "$got" = "$want" ] || { echo "FAIL: runs.txt '$got', want '$want'"; cat "$W/runs.txt"; fail=1; }
+
+row() { # label -> the table's row with that label, spaces squeezed
+    echo "$out" | grep "^$1 " | head -1 | tr -s ' '
+}
+# medians and ratios: prefill 200 / 100 / 150, decode 20 / 10 / 16
+[ "$(row 'pp512 int8 vs q8_0')" = "pp512 int8 vs q8_0 200.00 100.00 150.00 2.00 1.33" ] ||
+    { echo "FAIL: prefill row '$(row 'pp512 int8 vs q8_0')'"; fail=1; }
+[ "$(row 'tg32 int8 vs q8_0')" = "tg32 int8 vs q8_0 20.00 10.00 16.00 2.00 1.25" ] ||
+    { echo "FAIL: decode row '$(row 'tg32 int8 vs q8_0')'"; fail=1; }
+# the per-round table: each ratio paired within its round, ahead in 4 of 4
+echo "$out" | grep -q "^pp512 int8 vs q8_0 *2.00 4/4 *1.33 4/4$" ||
+    { echo "FAIL: per-round prefill row missing"; echo "$out"; fail=1; }
+echo "$out" | grep -q "^machine: Stand-in CPU" || { echo "FAIL: the machine line"; echo "$out"; fail=1; }
+exit $fail
