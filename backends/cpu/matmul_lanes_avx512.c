@@ -325,85 +325,97 @@ INLINE void w4_gemv1(const int g32, const dsr1_mm_job *j, int64_t r0, int64_t r1
     }
 }
 
-/* One token, groups of 128, rows one after another: w4_gemv1 reads 16
- * rows side by side (16 streams 3.5 KB apart at R1's 7168 columns), and
- * this machine's prefetchers follow one stream better than many (as for
- * the INT8 row GEMV, matmul_avx512.c). Here a row is read front to back,
- * 16 groups (1 KB) at a time: each group's 64 bytes against x' as
+/* One token, groups of 128: w4_gemv1 reads 16 rows side by side (16
+ * streams 3.5 KB apart at R1's 7168 columns), and these machines'
+ * prefetchers follow one stream better than many (as for the INT8 row
+ * GEMV, matmul_avx512.c). Here rows are read one after another, front to
+ * back, 16 groups (1 KB) at a time: each group's 64 bytes against x' as
  * vectors (lanes as columns, as w4_gemv1), the 16 groups' exact dots
- * gathered into lanes by w4_gather16 (lane q: group q), xg added, then
- * the row's canonical float steps group by group in order, acc =
- * fma(dot, s, acc), as every W4A8 kernel does per row (the same bits). x' (xl, xh of every 128 columns) is laid out once per task.
- * Measured (/tmp harness: dsr1_matmul at n = 1 over 1 GB of 2048x7168
- * INT4 matrices, 2 threads, Zen 5, builds alternated): from DRAM
- * 28.2-35.1 GB/s of codes with w4_gemv1, 37.1-42.5 this way (9 rounds
- * each); from L3 even (72-77 both: the arithmetic is the same, the
- * stream is what changed). Kept apart from the INT8 GEMV's 47 GB/s by
- * that arithmetic: nibbles, two vpdpbusd and the gathering adds per 64
- * bytes. The prefetch distance (0, 1, 2, 4, 8 KiB) moved nothing beyond
- * noise. Variants not kept: 16 rows' dots transposed for the float steps
- * with rows in lanes (80 GB/s from L3, but 31-34 from DRAM: the 16 rows'
- * scale strips are 16 streams again). In the model (INT4 file, one-token
- * steps alternating this kernel and w4_gemv1 in one process, 67 each,
- * two runs): steps 3.3% and 3.5% faster. pf = 0 (j->hwpf, the decoder's
- * per-step choice, pftune.h) leaves the stream to the hardware prefetcher,
- * as the INT8 row GEMV does: on Zen 4 (2 threads, 2048x7168 from 1 GB of
- * copies, one process alternating variants, 8 rounds) no prefetch
- * streamed -5% to +8% against 2 KiB ahead, ahead in 7 of 8 rounds (1 KiB:
- * +3-7%, 4 KiB: even) in one spell of the machine; INT4 decode of the
- * R1-shape file, the builds alternated in one process, took the choice
- * ahead in 9 of 14 rounds (by 1-3% in the medians). Rows side by side or
- * pipelined (README, Zen 4 "INT4 decode") ran faster from L3, slower
- * from DRAM: not kept. */
+ * gathered into lanes by w4_gather16 (lane q: group q) and xg added. The
+ * dots of 16 rows wait as int32 in dots[row][group]; then the block's
+ * dots and scales are transposed (rows in lanes) and the 16 rows'
+ * canonical float steps run side by side, acc = fma(dot, s, acc) group by
+ * group in order in each lane: per row the operations every W4A8 kernel
+ * does (the same bits), with one 4-cycle fma chain per 16 rows. x' (xl,
+ * xh of every 128 columns) is laid out once per task.
+ * Why: done per row in a scalar loop (the kernel before, 2026-11-29) the
+ * chain of 56 fmas took most of the kernel's time on Zen 4 (57% of its
+ * samples), and one thread read 29 GB/s of codes from L3 against the
+ * INT8 GEMV's 65. Measured (Zen 4, 2 threads, dsr1_matmul at n = 1 in a
+ * /tmp harness, both kernels in one process, each round starting with
+ * the next): from L3 (2048x7168) 176-181 -> 227-233 GFLOP/s; from 1 GB
+ * of copies (DRAM) 7168x2048 87-107 -> 122-132, 2048x7168 105-136 ->
+ * 118-132; the INT4 file's decode, the two builds alternated in one
+ * process, 12 rounds: ahead in 10, geometric mean 1.08x (+14-27% in the
+ * machine's fast memory spell, 0.92-1.08x in its slow one). An earlier
+ * try of this layout (Zen 5) streamed slower from DRAM: it kept the 2 KiB
+ * prefetch distance, too short once the chain no longer paces the loop
+ * (here 2 and 4 KiB: behind or even; 8 and 16 KiB: ahead), and read each
+ * block's scales cold at its end; the next block's scales now go to L2
+ * while its rows stream. pf = 0 (j->hwpf, the decoder's per-step choice,
+ * pftune.h) leaves the codes to the hardware prefetcher. */
 #define W4R_MAXC 32768 /* x' on the stack: wider rows go 16 side by side */
-#define W4R_PF 2048 /* each line asked for this far ahead, into L2 */
-INLINE void w4_row1(const int pf, const dsr1_mm_job *j, int64_t r0, int64_t r1)
+#define W4R_PF 8192 /* each line asked for this far ahead, into L2 */
+INLINE void w4_row(const int pf, const dsr1_mm_job *j, int64_t r0, int64_t r1)
 {
     const dsr1_wmat *w = j->w;
-    const int64_t ng = w->cols / 128, ld = w->cols / 2;
+    const int64_t ng = w->cols / 128, ld = w->cols / 2, ngp = (ng + 15) & ~(int64_t)15;
     const int f16 = w->scale_type == DSR1_T_F16;
     const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
     _Alignas(64) int8_t xlh[W4R_MAXC]; /* group q: xl at 128 q, xh at 128 q + 64 */
+    _Alignas(64) int32_t dots[16 * (W4R_MAXC / 128)]; /* [row][group], row stride ngp */
+    _Alignas(64) float st[(W4R_MAXC / 128) * 16];     /* [group][row] */
     for (int64_t q = 0; q < ng; q++) {
         const __m512i x0 = _mm512_load_si512(j->xp + 128 * q), x1 = _mm512_load_si512(j->xp + 128 * q + 64);
         _mm512_store_si512(xlh + 128 * q, _mm512_permutex2var_epi32(x0, ev, x1));
         _mm512_store_si512(xlh + 128 * q + 64, _mm512_permutex2var_epi32(x0, od, x1));
     }
-    for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *p = (const uint8_t *)w->data + r * ld;
-        const uint16_t *sr = (const uint16_t *)w->scale + r * ng;
-        float acc = 0.0f;
+    for (int64_t rb = r0; rb < r1; rb += 16) {
+        const int pr = r1 - rb < 16 ? (int)(r1 - rb) : 16;
+        /* the next block's scales (16 rows x ng halves, contiguous), wanted
+         * at its end: into L2 now, while this block's rows stream */
+        const char *sn = (const char *)((const uint16_t *)w->scale + (rb + 16) * ng);
+        for (int64_t b = 0; b < 32 * ng; b += 64) _mm_prefetch(sn + b, _MM_HINT_T1);
+        for (int i = 0; i < pr; i++) {
+            const uint8_t *p = (const uint8_t *)w->data + (rb + i) * ld;
+            for (int64_t gb = 0; gb < ng; gb += 16) {
+                const int cnt = ng - gb < 16 ? (int)(ng - gb) : 16;
+                __m512i d[16];
+#pragma GCC unroll 16
+                for (int k = 0; k < 16; k++) {
+                    if (k < cnt) {
+                        const char *pk = (const char *)p + (gb + k) * 64;
+                        if (pf) _mm_prefetch(pk + W4R_PF, _MM_HINT_T1);
+                        const __m512i v = _mm512_loadu_si512(pk);
+                        const int8_t *x = xlh + 128 * (gb + k);
+                        d[k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w4_lo(v),
+                                                                       _mm512_load_si512(x)),
+                                                   w4_hi(v), _mm512_load_si512(x + 64));
+                    } else {
+                        d[k] = _mm512_setzero_si512();
+                    }
+                }
+                __m512i q4[4];
+                w4_gather16(d, q4);
+                __m512i dq = _mm512_add_epi32(_mm512_add_epi32(q4[0], q4[1]), _mm512_add_epi32(q4[2], q4[3]));
+                const __mmask16 m = (__mmask16)((1u << cnt) - 1);
+                dq = _mm512_add_epi32(dq, _mm512_maskz_loadu_epi32(m, j->xg + gb));
+                _mm512_store_si512(dots + i * ngp + gb, dq);
+            }
+        }
+        w4_scales(w, rb, pr, 0, ng, f16, st, 16);
+        __m512 acc = _mm512_setzero_ps();
         for (int64_t gb = 0; gb < ng; gb += 16) {
             const int cnt = ng - gb < 16 ? (int)(ng - gb) : 16;
-            __m512i d[16];
+            __m512i v[16];
 #pragma GCC unroll 16
-            for (int i = 0; i < 16; i++) {
-                if (i < cnt) {
-                    const char *pi = (const char *)p + (gb + i) * 64;
-                    if (pf) _mm_prefetch(pi + W4R_PF, _MM_HINT_T1);
-                    const __m512i v = _mm512_loadu_si512(pi);
-                    const int8_t *x = xlh + 128 * (gb + i);
-                    d[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w4_lo(v),
-                                                                   _mm512_load_si512(x)),
-                                               w4_hi(v), _mm512_load_si512(x + 64));
-                } else {
-                    d[i] = _mm512_setzero_si512();
-                }
-            }
-            __m512i q4[4];
-            w4_gather16(d, q4);
-            __m512i dq = _mm512_add_epi32(_mm512_add_epi32(q4[0], q4[1]), _mm512_add_epi32(q4[2], q4[3]));
-            const __mmask16 m = (__mmask16)((1u << cnt) - 1);
-            dq = _mm512_add_epi32(dq, _mm512_maskz_loadu_epi32(m, j->xg + gb));
-            const __m256i h = _mm256_maskz_loadu_epi16(m, sr + gb);
-            const __m512 sv = f16 ? _mm512_cvtph_ps(h) : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-            _Alignas(64) float df[16], sf[16];
-            _mm512_store_ps(df, _mm512_cvtepi32_ps(dq));
-            _mm512_store_ps(sf, sv);
-            for (int q = 0; q < cnt; q++) acc = fmaf(df[q], sf[q], acc);
+            for (int i = 0; i < 16; i++) v[i] = i < pr ? _mm512_load_si512(dots + i * ngp + gb) : _mm512_setzero_si512();
+            tr16(v);
+            for (int k = 0; k < cnt; k++)
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v[k]), _mm512_load_ps(st + (gb + k) * 16), acc);
         }
-        j->y[r] = acc * j->xs[0];
+        w4_store(j->y + rb, pr, acc, j->xs[0]);
     }
 }
 
@@ -515,8 +527,8 @@ static void w4_gemv_any(const dsr1_mm_job *j, int64_t r0, int64_t r1, int g32)
     switch (j->n * 2 + g32) {
     case 2:
         if (j->w->cols <= W4R_MAXC && j->w->cols % 128 == 0) {
-            if (j->hwpf) w4_row1(0, j, r0, r1);
-            else w4_row1(1, j, r0, r1);
+            if (j->hwpf) w4_row(0, j, r0, r1);
+            else w4_row(1, j, r0, r1);
         } else {
             w4_gemv1(0, j, r0, r1);
         }
