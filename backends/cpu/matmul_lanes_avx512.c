@@ -342,10 +342,10 @@ INLINE void w4_gemv1(const int g32, const dsr1_mm_job *j, int64_t r0, int64_t r1
  * chain of 56 fmas took most of the kernel's time on Zen 4 (57% of its
  * samples), and one thread read 29 GB/s of codes from L3 against the
  * INT8 GEMV's 65. Measured (Zen 4, 2 threads, dsr1_matmul at n = 1 in a
- * /tmp harness, both kernels in one process, each round starting with
- * the next): from L3 (2048x7168) 176-181 -> 227-233 GFLOP/s; from 1 GB
- * of copies (DRAM) 7168x2048 87-107 -> 122-132, 2048x7168 105-136 ->
- * 118-132; the INT4 file's decode, the two builds alternated in one
+ * /tmp harness, both kernels in one process): from L3 (2048x7168, the
+ * new kernel first in every round) 176-181 -> 227-233 GFLOP/s; from 1 GB
+ * of copies (DRAM; each round starting with the next kernel) 7168x2048
+ * 87-107 -> 122-132, 2048x7168 105-136 -> 118-132; the INT4 file's decode, the two builds alternated in one
  * process, 12 rounds: ahead in 10, geometric mean 1.08x (+14-27% in the
  * machine's fast memory spell, 0.92-1.08x in its slow one). An earlier
  * try of this layout (Zen 5) streamed slower from DRAM: it kept the 2 KiB
@@ -375,8 +375,10 @@ INLINE void w4_row(const int pf, const dsr1_mm_job *j, int64_t r0, int64_t r1)
         const int pr = r1 - rb < 16 ? (int)(r1 - rb) : 16;
         /* the next block's scales (16 rows x ng halves, contiguous), wanted
          * at its end: into L2 now, while this block's rows stream */
-        const char *sn = (const char *)((const uint16_t *)w->scale + (rb + 16) * ng);
-        for (int64_t b = 0; b < 32 * ng; b += 64) _mm_prefetch(sn + b, _MM_HINT_T1);
+        if (rb + 16 < w->rows) {
+            const char *sn = (const char *)((const uint16_t *)w->scale + (rb + 16) * ng);
+            for (int64_t b = 0; b < 32 * ng; b += 64) _mm_prefetch(sn + b, _MM_HINT_T1);
+        }
         for (int i = 0; i < pr; i++) {
             const uint8_t *p = (const uint8_t *)w->data + (rb + i) * ld;
             for (int64_t gb = 0; gb < ng; gb += 16) {
