@@ -123,14 +123,21 @@ DSR1_TEST(fp8_rq_avx512_matches_scalar)
         if (ncb > 1) sc[ncb - 1] = -sc[ncb - 1];          /* a negative scale */
         int8_t *qs = malloc((size_t)cols), *qa = malloc((size_t)cols);
         float *ss = malloc((size_t)ncb * 4), *sa = malloc((size_t)ncb * 4);
-        int bad = 0, far = 0, noedge = 0;
+        int32_t *sums = malloc((size_t)ncb * 4);
+        int bad = 0, far = 0, noedge = 0, badsum = 0;
         for (int64_t r = 0; r < rows; r++) {
             dsr1_mm_fp8_requant_row(&m.w, r, qs, ss);
             for (int vbmi = 0; vbmi <= dsr1_mm_vbmi_usable(); vbmi++) {
                 memset(qa, 0x55, (size_t)cols);
                 memset(sa, 0x55, (size_t)ncb * 4);
-                dsr1_mm_fp8_requant_row_avx512(&m.w, r, qa, sa, ta, vbmi);
+                memset(sums, 0x55, (size_t)ncb * 4);
+                dsr1_mm_fp8_requant_row_avx512(&m.w, r, qa, sa, sums, ta, vbmi);
                 bad += memcmp(qs, qa, (size_t)cols) != 0 || memcmp(ss, sa, (size_t)ncb * 4) != 0;
+                for (int64_t k = 0; k < ncb; k++) { /* the blocks' code sums (the W8A8 kernel's corrections) */
+                    int32_t want = 0;
+                    for (int64_t c = k * 128; c < cols && c < (k + 1) * 128; c++) want += qs[c];
+                    badsum += sums[k] != want;
+                }
             }
             /* what matmul_impl.h promises, for finite products */
             for (int64_t k = 0; k < ncb; k++) {
@@ -147,6 +154,7 @@ DSR1_TEST(fp8_rq_avx512_matches_scalar)
         }
         CHECKF(!bad, "%lldx%lld: %d rows differ between AVX-512 and scalar", (long long)rows,
                (long long)cols, bad);
+        CHECKF(!badsum, "%lldx%lld: %d block code sums wrong", (long long)rows, (long long)cols, badsum);
         CHECKF(!far, "%lldx%lld: %d codes more than half a step off", (long long)rows, (long long)cols, far);
         CHECKF(!noedge, "%lldx%lld: %d blocks whose largest code is not 127", (long long)rows,
                (long long)cols, noedge);
@@ -154,6 +162,7 @@ DSR1_TEST(fp8_rq_avx512_matches_scalar)
         free(qa);
         free(ss);
         free(sa);
+        free(sums);
         dsr1_test_mat_free(&m);
     }
     free(ts);
@@ -188,7 +197,7 @@ static void fast_matches(dsr1_test_ctx *t, dsr1_pool *pool, const tmat *m, const
 DSR1_TEST(fp8_rq_matmul_is_w8a8_on_requantised)
 {
     const int mn = dsr1_mm_rq_min_n(NULL); /* this machine's start of W8A8 */
-    const int ns[] = {1, 5, mn - 1, mn, 64, 600};
+    const int ns[] = {1, 5, mn - 1, mn, 17, 33, 64, 600};
     static const int64_t shapes[][2] = {{37, 192}, {70, 4160}, {130, 320}, {33, 301}};
     dsr1_pool *pool = NULL;
     dsr1_error err = {0};
@@ -197,7 +206,7 @@ DSR1_TEST(fp8_rq_matmul_is_w8a8_on_requantised)
         int64_t rows = shapes[si][0], cols = shapes[si][1], ldx = cols + 5;
         tmat m = dsr1_test_mat(DSR1_T_FP8_E4M3, rows, cols, 0, 600 + (uint64_t)si);
         float *x = make_x(600, ldx, 610 + (uint64_t)si);
-        for (int ni = 0; ni < 6; ni++)
+        for (int ni = 0; ni < 8; ni++)
             fast_matches(t, pool, &m, x, ldx, ns[ni], ns[ni] >= mn && cols % 64 == 0);
         free(x);
         dsr1_test_mat_free(&m);

@@ -637,22 +637,24 @@ static void int8_shapes_match(dsr1_test_ctx *t, const int64_t (*shapes)[2], int 
     dsr1_pool_free(pool);
 }
 
-/* W8A8 with one scale per row, more than 4 tokens: rows in lanes
- * (matmul_lanes_avx512.c, columns a multiple of 64) and the lanes-as-columns
- * panel (other columns) against the portable kernel, bit for bit: rows
- * that leave a ragged 32-row panel and a half-empty 16-row half (37, 45,
- * 21), one and several 512-column chunks with a ragged last one (192,
- * 1600, 4160) and columns no multiple of 64 (200), n = 5, 7, 23 (the
- * lanes-as-columns panel: fewer tokens than I8L_MIN_N = 24), 24, 64 (a
- * ragged 6-token tile) and 600 (two 512-token blocks), 1 thread (one
- * task) and 2; every 13th token alone gives its bits in the batch. */
+/* W8A8 with one scale per row, more than 4 tokens: tokens in lanes (16 to
+ * 95 tokens), rows in lanes (more; both matmul_lanes_avx512.c, columns a
+ * multiple of 64) and the lanes-as-columns panel (fewer, and other
+ * columns) against the portable kernel, bit for bit: rows that leave a
+ * ragged 32-row superblock or panel, a ragged 8-row tile and a half-empty
+ * 16-row half (37, 45, 21), one and several 256- and 512-column chunks
+ * with a ragged last one (192, 1600, 4160) and columns no multiple of 64
+ * (200); n = 5, 7 (the panel), 16 (one token vector), 23 (a partial one),
+ * 33 (two vectors then one), 64, 95 (tokens in lanes), 600 (rows in
+ * lanes: two 512-token blocks, a ragged 6-token tile), 1 thread (one task)
+ * and 2; every 13th token alone gives its bits in the batch. */
 DSR1_TEST(kernels_int8_w8a8_lanes_matches_portable)
 {
     if (!dsr1_mm_avx512_usable() && !dsr1_mm_avx2_usable())
         DSR1_SKIP("no AVX-512 BF16/VNNI kernels on this CPU: %s", "dsr1_matmul would be the portable kernel compared with itself");
-    static const int ns[] = {5, 7, 23, 24, 64, 600};
+    static const int ns[] = {5, 7, 16, 23, 33, 64, 95, 600};
     static const int64_t shapes[][2] = {{37, 192}, {45, 1600}, {21, 4160}, {40, 200}};
-    int8_shapes_match(t, shapes, 4, ns, 6, 81, "W8A8", 0);
+    int8_shapes_match(t, shapes, 4, ns, 8, 81, "W8A8", 0);
 }
 
 /* W8A8 with one scale per row, 5-8 tokens (gemv_int8_multi: row pairs over

@@ -81,18 +81,21 @@ void dsr1_touch(void *mem, size_t bytes);
  * granularity, in int8 instead of e4m3. A token's result then depends on
  * how many tokens share the call, which only the fast mode allows. */
 #define DSR1_ACT_INT8_FAST ((dsr1_act)3)
-/* Below this the requantisation is not paid back, and the grouped lanes
- * kernel starts here too (I8L_MIN_N in matmul_avx512.c). With the
- * requantisation by tables (3.2x its speed before), `dsr1 bench kernels
- * --type fp8 --n 24,32,40,48` on the expert shapes 2048x7168 and
- * 7168x2048, Zen 4, 2 threads, two runs with the threshold lowered:
+/* Below this the requantisation is not paid back. From 16 since the
+ * tokens-in-lanes W8A8 kernel (dsr1_mm_rows_int8g_xl_avx512: no code panel
+ * per call, the next rows' FP8 bytes prefetched while these compute): one
+ * process alternating the builds, 2048x7168 from 1 GB of copies, Zen 4, 2
+ * threads, 6 rounds each: 16 tokens 244-248 (the bf16 kernel) -> 355-365
+ * GFLOP/s, 32 369-413 -> 393-498, 64 483-533 -> 511-584 (both W8A8); the
+ * R1-shape FP8 file's 64-token prefill (~16 tokens an expert, what R1's
+ * 256 experts see of a 512-token chunk) 101-108 -> 109-121 tok/s, 10 of
+ * 10 rounds. Before it (the rows-in-lanes grouped kernel) W8A8 paid from
+ * 24: `dsr1 bench kernels --type fp8 --n 24,32,40,48`, the expert shapes,
  * W8A8 took 0.77-0.89x bf16's time at 24 tokens, 0.72-0.80x at 32,
  * 0.67-0.77x at 40, 0.65-0.71x at 48; at 16 and 20 it was as often slower
- * as faster. 24 also measured closer to float32 than 48 on tiny-r1 (dsr1
- * eval KL mean 4.1e-3 against 4.5e-3), and R1's experts see about 16
- * tokens each of a 512-token chunk, so the lower start reaches more of
- * them. (Before the tables: 1.19-1.24x at 32 tokens, 0.85-1.09x at 48.) */
-#define DSR1_MM_RQ_MIN_N 24
+ * as faster. W8A8's distance from float32 is per token, whatever the
+ * count (dsr1 eval on tiny-r1: README, FP8 prefill as W8A8). */
+#define DSR1_MM_RQ_MIN_N 16
 /* On a CPU with AVX2 and no AVX-512 the float FP8 kernel is slower for its
  * width and the table requantisation cheaper for its vpshufb tree
  * (matmul_avx2.c), so W8A8 pays from fewer tokens: `dsr1 bench kernels

@@ -319,178 +319,6 @@ void dsr1_mm_fp8_rq_tab_fill(dsr1_mm_rq_tab *t)
         for (int m = 0; m < 128; m++) t->code[top][m] = rq_ratio(t->value[m], t->value[top]);
 }
 
-/* ---- preparing the activations -------------------------------------------- */
-
-/* len values of x to int8 with one scale: amax/127, q = rint(x * (127/amax))
- * clamped to +-127 (NaN and an all-zero span give 0), and the sum of q. */
-static void quant_span(const float *x, int64_t len, int8_t *o, float *scale, int32_t *sum)
-{
-    float amax = 0.0f;
-    for (int64_t c = 0; c < len; c++) amax = fmaxf(amax, fabsf(x[c]));
-    float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-    int32_t s = 0;
-    for (int64_t c = 0; c < len; c++) {
-        float q = nearbyintf(x[c] * inv);
-        q = q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q;
-        o[c] = (int8_t)q;
-        s += o[c];
-    }
-    *scale = amax / 127.0f;
-    *sum = s;
-}
-
-/* Bytes of x's int8 form: xq, xs, xsum (64-aligned), then INT4's xp, xg. */
-static size_t int8_head_bytes(const dsr1_mm_job *j)
-{
-    size_t b = (size_t)j->n * ((size_t)j->ldxq + 2 * sizeof(float));
-    return (b + 63) & ~(size_t)63;
-}
-
-/* Where an rq job's tables start: after x's codes, scales and sums. */
-static size_t rq_tab_offset(const dsr1_mm_job *j)
-{
-    return (int8_head_bytes(j) + (size_t)j->n * (size_t)j->ldg * 8 + 63) & ~(size_t)63;
-}
-
-static size_t prep_bytes(const dsr1_mm_job *j)
-{
-    if (j->act == DSR1_ACT_BF16 && j->w->type == DSR1_T_FP8_E4M3) return 0; /* x' per task */
-    if (j->act == DSR1_ACT_BF16) return (size_t)j->n * (size_t)j->ldxb * 2;
-    if (j->rq) return rq_tab_offset(j) + sizeof(dsr1_mm_rq_tab);
-    if (j->act == DSR1_ACT_INT8)
-        return int8_head_bytes(j) +
-               (j->w->type == DSR1_T_INT4 ? (size_t)j->n * ((size_t)j->ldxp + 4 * (size_t)j->ldxg) : 0);
-    return 0;
-}
-
-/* Tokens [t0, t1) of x in the mode's form, into the arrays prep set up
- * (the same bytes, scales and sums whichever range a call covers, so the
- * ranges may run on different threads). */
-static void fill_rows(const dsr1_mm_job *j, int t0, int t1, int avx, int avx2)
-{
-    const int64_t cols = j->w->cols;
-    const float *x = j->x + t0 * j->ldx;
-    const int n = t1 - t0;
-    if (j->act == DSR1_ACT_BF16) {
-        uint16_t *xb = (uint16_t *)j->xb + t0 * j->ldxb;
-        if (avx) {
-            dsr1_mm_bf16_rows_avx512(x, j->ldx, n, cols, xb, j->ldxb);
-            return;
-        }
-        for (int t = 0; t < n; t++) {
-            for (int64_t c = 0; c < cols; c++) xb[t * j->ldxb + c] = dsr1_mm_to_bf16(x[t * j->ldx + c]);
-            for (int64_t c = cols; c < j->ldxb; c++) xb[t * j->ldxb + c] = 0;
-        }
-        return;
-    }
-    int8_t *xq = (int8_t *)j->xq + t0 * j->ldxq;
-    if (j->rq) { /* per DSR1_MM_XG columns (FP8 as W8A8, matmul_impl.h) */
-        float *xs = (float *)j->xgs + t0 * j->ldg;
-        int32_t *xsum = (int32_t *)j->xgc + t0 * j->ldg;
-        if (avx) {
-            dsr1_mm_int8_groups_avx512(x, j->ldx, n, cols, xq, j->ldxq, xs, xsum, j->ldg);
-        } else if (avx2) {
-            dsr1_mm_int8_groups_avx2(x, j->ldx, n, cols, xq, j->ldxq, xs, xsum, j->ldg);
-        } else {
-            for (int t = 0; t < n; t++) {
-                for (int64_t g = 0; g < j->ldg; g++) {
-                    const int64_t c = g * DSR1_MM_XG, len = cols - c < DSR1_MM_XG ? cols - c : DSR1_MM_XG;
-                    quant_span(x + t * j->ldx + c, len, xq + t * j->ldxq + c, xs + t * j->ldg + g,
-                               xsum + t * j->ldg + g);
-                }
-                for (int64_t c = cols; c < j->ldxq; c++) xq[t * j->ldxq + c] = 0;
-            }
-        }
-        for (int64_t i = 0; i < (int64_t)n * j->ldg; i++) xsum[i] *= -128;
-        return;
-    }
-    float *xs = (float *)j->xs + t0;
-    int32_t *xsum = (int32_t *)j->xsum + t0;
-    if (avx) {
-        dsr1_mm_int8_rows_avx512(x, j->ldx, n, cols, xq, j->ldxq, xs, xsum);
-    } else if (avx2) {
-        dsr1_mm_int8_rows_avx2(x, j->ldx, n, cols, xq, j->ldxq, xs, xsum);
-    } else {
-        for (int t = 0; t < n; t++) {
-            quant_span(x + t * j->ldx, cols, xq + t * j->ldxq, xs + t, xsum + t);
-            for (int64_t c = cols; c < j->ldxq; c++) xq[t * j->ldxq + c] = 0;
-        }
-    }
-    if (j->xp && avx) /* W4A8's reordered x, from the codes just made */
-        dsr1_mm_w4_prep_avx512(xq, j->ldxq, n, j->w->group, (int8_t *)j->xp + t0 * j->ldxp, j->ldxp,
-                               (int32_t *)j->xg + t0 * j->ldxg, j->ldxg);
-    else if (j->xp)
-        dsr1_mm_w4_prep_avx2(xq, j->ldxq, n, cols, j->w->group, (int8_t *)j->xp + t0 * j->ldxp, j->ldxp,
-                             (int32_t *)j->xg + t0 * j->ldxg, j->ldxg);
-}
-
-/* Point the mode's activation arrays into mem (prep_bytes(j) bytes) and
- * make what is per call (the rq tables); fill_rows then fills them. avx:
- * the AVX-512 kernels may be used; avx2: the AVX2 ones. 0 when x needs no
- * preparation. */
-static int prep(dsr1_mm_job *j, void *mem, int avx, int avx2)
-{
-    char *m = mem;
-    if (j->act == DSR1_ACT_BF16 && j->w->type == DSR1_T_FP8_E4M3) return 0; /* x' per task */
-    if (j->act == DSR1_ACT_BF16) {
-        j->xb = mem;
-        return 1;
-    }
-    if (j->act != DSR1_ACT_INT8 && !j->rq) return 0;
-    j->xq = mem;
-    if (j->rq) {
-        float *xs = (float *)(m + int8_head_bytes(j));
-        j->xgs = xs;
-        j->xgc = (int32_t *)(xs + (size_t)j->n * (size_t)j->ldg);
-        if (avx || avx2) {
-            dsr1_mm_rq_tab *t = (dsr1_mm_rq_tab *)(m + rq_tab_offset(j));
-            if (avx) dsr1_mm_fp8_rq_tab_fill_avx512(t);
-            else dsr1_mm_fp8_rq_tab_fill(t);
-            j->rqt = t;
-        }
-        return 1;
-    }
-    float *xs = (float *)(m + (size_t)j->n * (size_t)j->ldxq);
-    j->xs = xs;
-    j->xsum = (int32_t *)(xs + j->n);
-    int64_t g = j->w->group;
-    if (j->w->type == DSR1_T_INT4 && ((avx && (g == 32 || g == 128)) || (avx2 && g % 32 == 0))) {
-        int8_t *xp = (int8_t *)(m + int8_head_bytes(j));
-        j->xp = xp;
-        j->xg = (int32_t *)(xp + (size_t)j->n * (size_t)j->ldxp);
-    }
-    return 1;
-}
-
-typedef struct fill_task {
-    const dsr1_mm_job *j;
-    int per, avx, avx2;
-} fill_task;
-
-static void fill_task_run(void *ctx, int task, int ntasks)
-{
-    (void)ntasks;
-    const fill_task *f = ctx;
-    int t0 = task * f->per, t1 = t0 + f->per < f->j->n ? t0 + f->per : f->j->n;
-    if (t0 < t1) fill_rows(f->j, t0, t1, f->avx, f->avx2);
-}
-
-/* fill_rows for all n tokens: on the pool's threads when there is enough
- * of x, else here. A 512-token chunk of 7168 columns is 14 MB of floats:
- * on a 16-core Xeon one thread quantising it while 15 waited held a
- * 2048x7168 W8A8 matmul on AMX tiles to half its speed (README, "AMX"). */
-static void fill_all(dsr1_pool *p, const dsr1_mm_job *j, int avx, int avx2)
-{
-    int nth = p ? dsr1_pool_size(p) : 1;
-    if (nth < 2 || (int64_t)j->n * j->w->cols < (1 << 16)) {
-        fill_rows(j, 0, j->n, avx, avx2);
-        return;
-    }
-    int per = (j->n + nth - 1) / nth;
-    fill_task f = {j, per, avx, avx2};
-    dsr1_pool_run(p, fill_task_run, &f, (j->n + per - 1) / per);
-}
-
 /* ---- dispatch ----------------------------------------------------------------- */
 
 typedef struct mm_task {
@@ -517,8 +345,12 @@ static void run_rows(const mm_task *mt, const dsr1_mm_job *j, int64_t r0, int64_
     int8_t *q = (int8_t *)j->task_mem + DSR1_MM_RQ_ROWS * ng * sizeof(float);
     for (int64_t r = r0; r < r1; r += DSR1_MM_RQ_ROWS) {
         int64_t pr = r1 - r < DSR1_MM_RQ_ROWS ? r1 - r : DSR1_MM_RQ_ROWS;
+        /* tokens in lanes: the blocks' code sums after the codes */
+        int32_t *wsum = j->xt ? (int32_t *)(q + DSR1_MM_RQ_ROWS * cols) : NULL;
         for (int64_t a = 0; a < pr; a++) {
-            if (mt->avx) dsr1_mm_fp8_requant_row_avx512(j->w, r + a, q + a * cols, sc + a * ng, j->rqt, j->vbmi);
+            if (mt->avx)
+                dsr1_mm_fp8_requant_row_avx512(j->w, r + a, q + a * cols, sc + a * ng, wsum ? wsum + a * ng : NULL,
+                                               j->rqt, j->vbmi);
             else if (mt->avx2) dsr1_mm_fp8_requant_row_avx2(j->w, r + a, q + a * cols, sc + a * ng, j->rqt);
             else dsr1_mm_fp8_requant_row(j->w, r + a, q + a * cols, sc + a * ng);
         }
@@ -528,6 +360,11 @@ static void run_rows(const mm_task *mt, const dsr1_mm_job *j, int64_t r0, int64_
         tj.w = &t;
         tj.y = j->y + r;
         tj.rq = 0;
+        tj.wsum = wsum;
+        /* the next rows' FP8 bytes come into L2 during these rows' tiles, so
+         * their requantisation reads L2, not DRAM at one row's pace */
+        tj.pf_rows = (int)(r1 - (r + pr) < DSR1_MM_RQ_ROWS ? r1 - (r + pr) : DSR1_MM_RQ_ROWS);
+        tj.pf = tj.pf_rows > 0 ? (const char *)j->w->data + (r + pr) * cols : NULL;
         /* the AVX2 kernel's interleaved copy goes after the codes */
         tj.task_mem = mt->avx2 ? q + DSR1_MM_RQ_ROWS * cols : NULL;
         mt->rows(&tj, 0, pr);
@@ -640,15 +477,16 @@ static void call_setup(mm_call *c, dsr1_pool *p, const dsr1_wmat *w, const dsr1_
     else if (j.act == DSR1_ACT_INT8 && w->type == DSR1_T_INT4 && c->avx2 && n > 4 && w->group % 32 == 0)
         j.task_bytes = 16 * ((size_t)w->cols + (size_t)(w->cols / w->group) * sizeof(float)); /* 16 rows' codes */
     else if (j.rq) /* the requantised rows: scales, codes (AVX2: twice, the second interleaved) */
-        j.task_bytes = DSR1_MM_RQ_ROWS * ((size_t)j.ldg * sizeof(float) + (size_t)w->cols) * (c->avx2 ? 2 : 1);
+        j.task_bytes = DSR1_MM_RQ_ROWS * ((size_t)j.ldg * sizeof(float) + (size_t)w->cols) * (c->avx2 ? 2 : 1) +
+                       (c->avx ? DSR1_MM_RQ_ROWS * (size_t)j.ldg * sizeof(int32_t) : 0); /* code sums */
     j.task_bytes = (j.task_bytes + 63) & ~(size_t)63;
     int64_t per = task_rows(&j, dsr1_pool_size(p));
     c->ntasks = (int)((w->rows + per - 1) / per);
-    c->bytes = (prep_bytes(&j) + 63) & ~(size_t)63;
+    j.amx = c->avx && p && k != DSR1_MM_AVX512_NOAMX && n >= DSR1_MM_AMX_MIN_N && dsr1_pool_amx(p);
+    c->bytes = (dsr1_mm_prep_bytes(&j, c->avx) + 63) & ~(size_t)63;
     c->tmp_bytes = up ? ((size_t)n * (size_t)w->rows * sizeof(float) + 63) & ~(size_t)63 : 0;
     c->total = c->bytes + c->tmp_bytes + (size_t)c->ntasks * j.task_bytes;
     j.vbmi = c->avx && k != DSR1_MM_AVX512_NOVBMI && dsr1_mm_vbmi_usable();
-    j.amx = c->avx && p && k != DSR1_MM_AVX512_NOAMX && n >= DSR1_MM_AMX_MIN_N && dsr1_pool_amx(p);
     j.hwpf = dsr1_pool_hwpf(p);
     c->j = j;
     c->up = up;
@@ -660,7 +498,7 @@ static void call_setup(mm_call *c, dsr1_pool *p, const dsr1_wmat *w, const dsr1_
 /* mem: c->total bytes (NULL when that is 0); x is prepared into it. */
 static void call_place(mm_call *c, dsr1_pool *p, char *mem)
 {
-    if (mem && prep(&c->j, mem, c->avx, c->avx2)) fill_all(p, &c->j, c->avx, c->avx2);
+    if (mem && dsr1_mm_prep(&c->j, mem, c->avx, c->avx2)) dsr1_mm_fill_all(p, &c->j, c->avx, c->avx2);
     c->uj = c->j;
     if (c->up) {
         c->uj.w = c->up;

@@ -16,8 +16,10 @@
  *   INT8 mode (W8A8): vpdpbusd straight from the packed weights, lanes as
  *   columns (up to 4 tokens in registers, more through 16-row panels;
  *   rows of at most 256 columns four at a time: gemv_i8_short4);
- *   from I8L_MIN_N tokens with one scale per row and columns a multiple of
- *   64: rows in lanes, matmul_lanes_avx512.c.
+ *   with one scale per row and columns a multiple of 64: tokens in lanes
+ *   from 16 to 95 tokens (matmul.c's want_xt), rows in lanes from 96
+ *   (from I8L_MIN_N where the tokens-in-lanes x is not made),
+ *   matmul_lanes_avx512.c.
  *   INT4 weights in INT8 mode (W4A8): rows in lanes - the packed codes of
  *   16 rows transposed as 32-bit elements and split into nibbles, vpdpbusd
  *   against 4 bytes of x broadcast, so each lane ends a scale group with
@@ -1824,6 +1826,10 @@ static void rows_int8(const dsr1_mm_job *j, int64_t r0, int64_t r1)
         dsr1_mm_rows_int8_amx(j, r0, r1); /* matmul_amx_avx512.c */
         return;
     }
+    if (j->xt) {
+        dsr1_mm_rows_int8_xl_avx512(j, r0, r1); /* matmul_lanes_avx512.c */
+        return;
+    }
     if (j->w->group == 0 && j->n >= I8L_MIN_N && j->w->cols % 64 == 0) {
         dsr1_mm_rows_int8_lanes_avx512(j, r0, r1); /* matmul_lanes_avx512.c */
         return;
@@ -1889,7 +1895,9 @@ static void rows_int8(const dsr1_mm_job *j, int64_t r0, int64_t r1)
 void dsr1_mm_rows_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1)
 {
     if (j->xgs) { /* FP8 as W8A8: the rq jobs have the lanes kernel's shapes */
-        if (j->amx && j->n >= DSR1_MM_AMX_MIN_N && j->w->cols % 64 == 0)
+        if (j->xt)
+            dsr1_mm_rows_int8g_xl_avx512(j, r0, r1); /* matmul_lanes_avx512.c */
+        else if (j->amx && j->n >= DSR1_MM_AMX_MIN_N && j->w->cols % 64 == 0)
             dsr1_mm_rows_int8g_amx(j, r0, r1);
         else if (j->n >= I8L_MIN_N && j->w->cols % 64 == 0)
             dsr1_mm_rows_int8g_lanes_avx512(j, r0, r1);

@@ -81,6 +81,16 @@ typedef struct dsr1_mm_job {
     const int32_t *xgc;      /* with xgs: [n][ldg] -128 x the sum of xq over each group
                                 (where the lanes kernel's +128 weights start a dot) */
     int64_t ldg;             /* with xgs: groups per token, ceil(cols / DSR1_MM_XG) */
+    const uint8_t *xt;       /* W8A8, tokens in lanes (else NULL): [ceil(n / 16)][ldxt]
+                                xq + 128, 16 tokens' 4 bytes per 64 (dsr1_mm_xt_fill_avx512) */
+    int64_t ldxt;            /* with xt: ldxq * 16 */
+    const float *xst;        /* an rq job with xt: [ldg][ldxst] xgs transposed (zero past n) */
+    int64_t ldxst;           /* with xst: n rounded up to 16 */
+    const int32_t *wsum;     /* an rq job's requantised rows with xt: [row][ldg] the sum of
+                                each block's codes */
+    const char *pf;          /* an rq job's next rows (FP8, cols bytes each; else NULL),
+                                brought into L2 while these compute */
+    int pf_rows;
     float *y;                /* [n][ldy] output, rows columns written */
     int64_t ldy;
     void *task_mem;          /* this task's own scratch, task_bytes (64-aligned) */
@@ -163,8 +173,17 @@ typedef struct dsr1_mm_rq_tab {
 } dsr1_mm_rq_tab;
 void dsr1_mm_fp8_rq_tab_fill(dsr1_mm_rq_tab *t);
 void dsr1_mm_fp8_rq_tab_fill_avx512(dsr1_mm_rq_tab *t);
-void dsr1_mm_fp8_requant_row_avx512(const dsr1_wmat *w, int64_t r, int8_t *q, float *s,
+/* sum (may be NULL): sum[k] = the sum of block k's codes. */
+void dsr1_mm_fp8_requant_row_avx512(const dsr1_wmat *w, int64_t r, int8_t *q, float *s, int32_t *sum,
                                     const dsr1_mm_rq_tab *t, int vbmi);
+
+/* matmul_prep.c: the bytes of scratch the job's activations need (avx: the
+ * AVX-512 kernels may run), their arrays placed in mem (0 when x needs no
+ * preparation; also makes what is per call, the rq tables), then filled
+ * on the pool's threads where there is enough of x. */
+size_t dsr1_mm_prep_bytes(const dsr1_mm_job *j, int avx);
+int dsr1_mm_prep(dsr1_mm_job *j, void *mem, int avx, int avx2);
+void dsr1_mm_fill_all(dsr1_pool *p, const dsr1_mm_job *j, int avx, int avx2);
 
 /* Compute output rows [r0, r1) of the job, all n tokens. */
 void dsr1_mm_rows_portable(const dsr1_mm_job *j, int64_t r0, int64_t r1);
@@ -173,6 +192,13 @@ void dsr1_mm_rows_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1);
  * with one scale per row for n >= 24 and columns a multiple of 64. */
 void dsr1_mm_rows_w4a8_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1);
 void dsr1_mm_rows_int8_lanes_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1);
+/* W8A8 with one scale per row, tokens in lanes (j->xt set; columns a
+ * multiple of 64), the same bits. */
+void dsr1_mm_rows_int8_xl_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1);
+/* xt for tokens [0, n) of xq (the first a multiple of 16 in the call's
+ * tokens): xt[v * ldxt + s * 64 + 4 i + b] = xq[16 v + i][4 s + b] + 128,
+ * zero for tokens past n. */
+void dsr1_mm_xt_fill_avx512(const int8_t *xq, int64_t ldxq, int n, uint8_t *xt, int64_t ldxt);
 /* dst[c][r] = src[r][c] for rows x cols floats (strides lds, ldd): 16x16
  * blocks through registers, whole lines loaded and stored. */
 void dsr1_transpose_f32_avx512(const float *src, int64_t lds, int rows, int cols, float *dst,
@@ -190,6 +216,8 @@ void dsr1_naive_values_avx512(const float *s, int64_t lds, int n, const float *v
 /* FP8 as W8A8's order (j->xgs set, INT8 weights with one scale per row,
  * n >= 24, columns a multiple of 64). */
 void dsr1_mm_rows_int8g_lanes_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1);
+/* The same order with tokens in lanes (an rq job's rows with j->xt, xst, wsum). */
+void dsr1_mm_rows_int8g_xl_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1);
 /* The W8A8 code panel of rows [r, r + pr) (pr <= 32 in rv halves of 16),
  * columns [c0, c0 + len) (len a multiple of 64): 4 columns of 16 rows per
  * 64 bytes, weights + 128; step s of half h at p + (s * rv + h) * 64. */

@@ -1,13 +1,16 @@
 /*
- * matmul_lanes_avx512.c - the AVX-512 integer kernels with rows in lanes:
- * W4A8 (INT4 weights, int8 activations) and W8A8 with one scale per row
- * from 24 tokens (I8L_MIN_N). Entered through dsr1_mm_rows_w4a8_avx512 and
- * dsr1_mm_rows_int8_lanes_avx512 from matmul_avx512.c's dispatch.
+ * matmul_lanes_avx512.c - the AVX-512 integer kernels with rows or tokens
+ * in lanes: W4A8 (INT4 weights, int8 activations), W8A8 with one scale per
+ * row (rows in lanes from 96 tokens, tokens in lanes from 16 to 95) and
+ * FP8 as W8A8 (tokens in lanes; rows in lanes for AMX's leftovers).
+ * Entered from matmul_avx512.c's dispatch (and matmul_amx_avx512.c's).
  *
- * Both transpose 16 rows' bytes as 32-bit elements (tr16) so that one
- * vpdpbusd against 4 bytes of a token's x broadcast from memory adds 4
- * columns of 16 rows and each lane ends with its row's exact dot: no
- * horizontal sums. The invariant of matmul_avx512.c holds here: the exact
+ * Rows in lanes: 16 rows' bytes transposed as 32-bit elements (tr16) into
+ * a code panel, so that one vpdpbusd against 4 bytes of a token's x
+ * broadcast from memory adds 4 columns of 16 rows and each lane ends with
+ * its row's exact dot: no horizontal sums. Tokens in lanes: x transposed
+ * instead, once per call, and the weights' 4 bytes broadcast from the
+ * matrix as stored. The invariant of matmul_avx512.c holds here: the exact
  * integer dots and then the canonical float steps of matmul_impl.h, so
  * results equal the portable kernels bit for bit.
  */
@@ -831,6 +834,329 @@ void dsr1_mm_rows_int8g_lanes_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r
     }
 }
 
+/* ---- W8A8 with tokens in lanes ------------------------------------------------- */
+
+/* The roles of the lanes kernel above, swapped: a vector holds 4 bytes of
+ * x of each of 16 tokens (xt: xq + 128, the unsigned operand of vpdpbusd,
+ * made once per call by dsr1_mm_xt_fill_avx512), and the 4 weight bytes
+ * of a row are read by the instruction itself from the matrix as stored
+ * (signed, broadcast). So no code panel: the lanes kernel transposes every
+ * 32-row chunk of W for each block of tokens (dsr1_mm_i8l_panel, 16 KB
+ * through 16 shuffle transposes), which its tiles pay back only over many
+ * tokens; here the transposes are x's, once per call, rows/n times fewer
+ * (11% faster at 16 and 32 tokens, even from 128: matmul.c). Each lane
+ * ends with sum (xq + 128) * w of its token and row; the exact dot is
+ * that minus 128 x the row's sum of w (computed per superblock of rows
+ * while its lines come in), the same integer as the lanes kernel's, so
+ * the float steps and the bits are the same.
+ * Blocking: superblocks of XL_SR rows (their lines prefetched into L2
+ * while the superblock before computes), chunks of XL_KC columns, tiles
+ * of XL_TV token vectors x XL_RB rows (16 int32 accumulators, kept in
+ * memory between chunks). */
+#define XL_RB 8
+#define XL_TV 2
+#define XL_SR 32
+#define XL_KC 256
+#define XL_TB 512
+
+void dsr1_mm_xt_fill_avx512(const int8_t *xq, int64_t ldxq, int n, uint8_t *xt, int64_t ldxt)
+{
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    for (int v = 0; v * 16 < n; v++) {
+        const int nv = n - 16 * v < 16 ? n - 16 * v : 16;
+        for (int64_t c = 0; c < ldxq; c += 64) {
+            __m512i x[16];
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++)
+                x[i] = i < nv ? _mm512_xor_si512(_mm512_loadu_si512(xq + (16 * v + i) * ldxq + c), flip)
+                              : _mm512_setzero_si512();
+            tr16(x);
+            uint8_t *o = xt + v * ldxt + c * 16;
+#pragma GCC unroll 16
+            for (int k = 0; k < 16; k++) _mm512_store_si512(o + k * 64, x[k]);
+        }
+    }
+}
+
+/* rb rows (at w, stride ldw) x tv token vectors (xt at stride ldxt) over
+ * steps 4-column steps, into acc[(v * XL_SR + r) * 16]. */
+INLINE void mk_xl(const int tv, const int rb, int64_t steps, const int8_t *w, int64_t ldw,
+                  const uint8_t *xt, int64_t ldxt, int32_t *acc, const char *pf)
+{
+    __m512i a[XL_TV][XL_RB];
+#pragma GCC unroll 2
+    for (int v = 0; v < tv; v++)
+#pragma GCC unroll 8
+        for (int r = 0; r < rb; r++) a[v][r] = _mm512_load_si512(acc + (v * XL_SR + r) * 16);
+    for (int64_t s = 0; s < steps; s++) {
+        /* pf: the next superblock's rows here, one line every other step */
+        if (pf && !(s & 1) && s / 2 < XL_RB * (steps / 16))
+            _mm_prefetch(pf + (s / 2 % XL_RB) * ldw + s / 2 / XL_RB * 64, _MM_HINT_T1);
+        __m512i xv[XL_TV];
+#pragma GCC unroll 2
+        for (int v = 0; v < tv; v++) xv[v] = _mm512_load_si512(xt + v * ldxt + s * 64);
+#pragma GCC unroll 8
+        for (int r = 0; r < rb; r++)
+#pragma GCC unroll 2
+            for (int v = 0; v < tv; v++)
+                a[v][r] = w4_dp(a[v][r], xv[v], (const int8_t *)w + r * ldw + 4 * s);
+    }
+#pragma GCC unroll 2
+    for (int v = 0; v < tv; v++)
+#pragma GCC unroll 8
+        for (int r = 0; r < rb; r++) _mm512_store_si512(acc + (v * XL_SR + r) * 16, a[v][r]);
+}
+
+#define XL_RBS(tv_)                                                                       \
+    switch (rb) {                                                                         \
+    case 1: mk_xl(tv_, 1, steps, w, ldw, xt, ldxt, acc, pf); break;                           \
+    case 2: mk_xl(tv_, 2, steps, w, ldw, xt, ldxt, acc, pf); break;                           \
+    case 3: mk_xl(tv_, 3, steps, w, ldw, xt, ldxt, acc, pf); break;                           \
+    case 4: mk_xl(tv_, 4, steps, w, ldw, xt, ldxt, acc, pf); break;                           \
+    case 5: mk_xl(tv_, 5, steps, w, ldw, xt, ldxt, acc, pf); break;                           \
+    case 6: mk_xl(tv_, 6, steps, w, ldw, xt, ldxt, acc, pf); break;                           \
+    case 7: mk_xl(tv_, 7, steps, w, ldw, xt, ldxt, acc, pf); break;                           \
+    default: mk_xl(tv_, 8, steps, w, ldw, xt, ldxt, acc, pf); break;                          \
+    }
+
+static void tile_xl(int tv, int rb, int64_t steps, const int8_t *w, int64_t ldw, const uint8_t *xt,
+                    int64_t ldxt, int32_t *acc, const char *pf)
+{
+    if (tv == 2) {
+        XL_RBS(2)
+    } else {
+        XL_RBS(1)
+    }
+}
+
+/* The exact sums of rows [r, r + pr) of w (columns a multiple of 64). */
+static void xl_row_sums(const dsr1_wmat *w, int64_t r, int pr, int32_t *sum)
+{
+    const __m512i ones = _mm512_set1_epi8(1);
+    for (int i = 0; i < pr; i++) {
+        const int8_t *q = (const int8_t *)w->data + (r + i) * w->cols;
+        __m512i a = _mm512_setzero_si512(), b = _mm512_setzero_si512();
+        int64_t c = 0;
+        for (; c + 128 <= w->cols; c += 128) {
+            a = _mm512_dpbusd_epi32(a, ones, _mm512_loadu_si512(q + c));
+            b = _mm512_dpbusd_epi32(b, ones, _mm512_loadu_si512(q + c + 64));
+        }
+        if (c < w->cols) a = _mm512_dpbusd_epi32(a, ones, _mm512_loadu_si512(q + c));
+        sum[i] = _mm512_reduce_add_epi32(_mm512_add_epi32(a, b));
+    }
+}
+
+void dsr1_mm_rows_int8_xl_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1)
+{
+    const dsr1_wmat *w = j->w;
+    const int64_t ldw = w->cols, ldxt = j->ldxt;
+    _Alignas(64) int32_t acc[XL_TB / 16 * XL_SR * 16]; /* [token vector][row][lane] */
+    _Alignas(64) float sw[XL_SR];
+    int32_t sum[XL_SR];
+    for (int64_t r = r0; r < r1; r += XL_SR) {
+        const int pr = (int)(r1 - r < XL_SR ? r1 - r : XL_SR);
+        /* the next superblock, also past this task's rows (the next task's) */
+        const int64_t rn = r + XL_SR < w->rows ? r + XL_SR : w->rows;
+        const int pn = (int)(w->rows - rn < XL_SR ? w->rows - rn : XL_SR);
+        xl_row_sums(w, r, pr, sum);
+        for (int i = 0; i < pr; i++) sw[i] = w->scale_type == DSR1_T_F32 ? ((const float *)w->scale)[r + i] : dsr1_wmat_scale(w, r + i, 0);
+        for (int t0 = 0; t0 < j->n; t0 += XL_TB) {
+            const int nb = j->n - t0 < XL_TB ? j->n - t0 : XL_TB, nvec = (nb + 15) / 16;
+            memset(acc, 0, (size_t)nvec * XL_SR * 16 * sizeof *acc);
+            for (int64_t c0 = 0; c0 < w->cols; c0 += XL_KC) {
+                const int64_t len = w->cols - c0 < XL_KC ? w->cols - c0 : XL_KC;
+                for (int v = 0; v < nvec; v += XL_TV) {
+                    const int tv = nvec - v < XL_TV ? nvec - v : XL_TV;
+                    for (int rr = 0; rr < pr; rr += XL_RB) {
+                        const int rb = pr - rr < XL_RB ? pr - rr : XL_RB;
+                        /* the first token tile brings the next superblock's lines of
+                         * this chunk into L2, spread over its steps */
+                        const char *pf = t0 == 0 && v == 0 && rr < pn
+                                             ? (const char *)w->data + (rn + rr) * ldw + c0 : NULL;
+                        tile_xl(tv, rb, len / 4, (const int8_t *)w->data + (r + rr) * ldw + c0, ldw,
+                                j->xt + (t0 / 16 + v) * ldxt + c0 * 16, ldxt,
+                                acc + (v * XL_SR + rr) * 16, pf);
+                    }
+                }
+            }
+            /* y = (dot - 128 sum w) * s_x * s_w, the order of rows_int8_panel; 16
+             * rows x 16 tokens transposed so that a token's rows go out as one store */
+            for (int v = 0; v < nvec; v++) {
+                const int nt = nb - 16 * v < 16 ? nb - 16 * v : 16;
+                const __m512 xs = _mm512_maskz_loadu_ps(nt >= 16 ? 0xffff : (__mmask16)((1u << nt) - 1),
+                                                        j->xs + t0 + 16 * v);
+                for (int rg = 0; rg < pr; rg += 16) {
+                    const int ph = pr - rg < 16 ? pr - rg : 16;
+                    const __mmask16 m = ph >= 16 ? 0xffff : (__mmask16)((1u << ph) - 1);
+                    __m512i f[16];
+#pragma GCC unroll 16
+                    for (int i = 0; i < 16; i++) {
+                        if (i >= ph) {
+                            f[i] = _mm512_setzero_si512();
+                            continue;
+                        }
+                        const __m512i d = _mm512_sub_epi32(_mm512_load_si512(acc + (v * XL_SR + rg + i) * 16),
+                                                           _mm512_set1_epi32(128 * sum[rg + i]));
+                        f[i] = _mm512_castps_si512(_mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(d), xs),
+                                                                 _mm512_set1_ps(sw[rg + i])));
+                    }
+                    tr16(f);
+                    for (int k = 0; k < nt; k++)
+                        _mm512_mask_storeu_ps(j->y + (t0 + 16 * v + k) * j->ldy + r + rg, m,
+                                              _mm512_castsi512_ps(f[k]));
+                }
+            }
+        }
+    }
+}
+
+/* FP8 as W8A8 with tokens in lanes: the requantised rows of an rq job
+ * (run_rows: at most DSR1_MM_RQ_ROWS, their block sums in j->wsum) against
+ * xt, x's scales per group transposed (j->xst). A tile of tv token vectors x
+ * rb rows runs all the columns with its float accumulators in registers:
+ * per group the int32 dots start at -128 x the row's block sum (so they end
+ * at the exact dot, as the lanes kernel's start at -128 x x's group sum),
+ * then acc = fma(dot, s_w * s_x, acc), the order of mk_i8g (s_w * s_x and
+ * s_x * s_w are one product). Below 32 tokens (R1's 256 experts give each
+ * ~16 of a 512-token chunk) there is no code panel to transpose per call,
+ * which cost as much as the dots there. j->pf: the next rows' FP8 bytes,
+ * prefetched into L2 a few lines per group so that their requantisation
+ * reads L2. */
+#define XLG_RB1 12 /* rows per tile with one token vector */
+#define XLG_RB2 6  /* with two */
+
+INLINE void mk_xlg(const int tv, const int rb, int64_t cols, int64_t ng, const int8_t *w,
+                   const float *ws, const int32_t *wsum, int64_t ldg, const uint8_t *xt, int64_t ldxt,
+                   const float *xst, int64_t ldxst, float *out, const char *pf, int64_t pfn)
+{
+    __m512 f[2][XLG_RB1];
+    __m512i a[2][XLG_RB1];
+#pragma GCC unroll 2
+    for (int v = 0; v < tv; v++)
+#pragma GCC unroll 12
+        for (int r = 0; r < rb; r++) f[v][r] = _mm512_setzero_ps();
+    const int64_t per = (pfn + ng - 1) / ng;
+    for (int64_t g = 0; g < ng; g++) {
+        for (int64_t e = g * per < pfn ? g * per : pfn, k = e; k < e + per && k < pfn; k++)
+            _mm_prefetch(pf + k * 64, _MM_HINT_T1);
+#pragma GCC unroll 12
+        for (int r = 0; r < rb; r++) {
+            const __m512i c = _mm512_set1_epi32(-128 * wsum[r * ldg + g]);
+#pragma GCC unroll 2
+            for (int v = 0; v < tv; v++) a[v][r] = c;
+        }
+        const int64_t s1 = ((g + 1) * DSR1_MM_XG < cols ? (g + 1) * DSR1_MM_XG : cols) / 4;
+        for (int64_t s = g * DSR1_MM_XG / 4; s < s1; s++) {
+            __m512i xv[2];
+#pragma GCC unroll 2
+            for (int v = 0; v < tv; v++) xv[v] = _mm512_load_si512(xt + v * ldxt + s * 64);
+#pragma GCC unroll 12
+            for (int r = 0; r < rb; r++)
+#pragma GCC unroll 2
+                for (int v = 0; v < tv; v++) a[v][r] = w4_dp(a[v][r], xv[v], w + r * cols + 4 * s);
+        }
+        __m512 xs[2];
+#pragma GCC unroll 2
+        for (int v = 0; v < tv; v++) xs[v] = _mm512_load_ps(xst + g * ldxst + 16 * v);
+#pragma GCC unroll 12
+        for (int r = 0; r < rb; r++) {
+            const __m512 wsv = _mm512_set1_ps(ws[r * ldg + g]);
+#pragma GCC unroll 2
+            for (int v = 0; v < tv; v++)
+                f[v][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[v][r]), _mm512_mul_ps(wsv, xs[v]), f[v][r]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int v = 0; v < tv; v++)
+#pragma GCC unroll 12
+        for (int r = 0; r < rb; r++) _mm512_store_ps(out + (v * DSR1_MM_RQ_ROWS + r) * 16, f[v][r]);
+}
+
+#define XLG_ARGS cols, ng, w, ws, wsum, ldg, xt, ldxt, xst, ldxst, out, pf, pfn
+static void tile_xlg(int tv, int rb, int64_t cols, int64_t ng, const int8_t *w, const float *ws,
+                     const int32_t *wsum, int64_t ldg, const uint8_t *xt, int64_t ldxt, const float *xst,
+                     int64_t ldxst, float *out, const char *pf, int64_t pfn)
+{
+    if (tv == 2) {
+        switch (rb) {
+        case 1: mk_xlg(2, 1, XLG_ARGS); break;
+        case 2: mk_xlg(2, 2, XLG_ARGS); break;
+        case 3: mk_xlg(2, 3, XLG_ARGS); break;
+        case 4: mk_xlg(2, 4, XLG_ARGS); break;
+        case 5: mk_xlg(2, 5, XLG_ARGS); break;
+        default: mk_xlg(2, 6, XLG_ARGS); break;
+        }
+        return;
+    }
+    switch (rb) {
+    case 1: mk_xlg(1, 1, XLG_ARGS); break;
+    case 2: mk_xlg(1, 2, XLG_ARGS); break;
+    case 3: mk_xlg(1, 3, XLG_ARGS); break;
+    case 4: mk_xlg(1, 4, XLG_ARGS); break;
+    case 5: mk_xlg(1, 5, XLG_ARGS); break;
+    case 6: mk_xlg(1, 6, XLG_ARGS); break;
+    case 7: mk_xlg(1, 7, XLG_ARGS); break;
+    case 8: mk_xlg(1, 8, XLG_ARGS); break;
+    case 9: mk_xlg(1, 9, XLG_ARGS); break;
+    case 10: mk_xlg(1, 10, XLG_ARGS); break;
+    case 11: mk_xlg(1, 11, XLG_ARGS); break;
+    default: mk_xlg(1, 12, XLG_ARGS); break;
+    }
+}
+
+/* 16 tokens' values of rows [0, pr) (out[(row) * 16 + lane], pr <= 32) to
+ * y[t][row] for the nt <= 16 tokens there, 16 rows per transpose. */
+static void xl_store(const float *out, int pr, int nt, float *y, int64_t ldy)
+{
+    for (int rg = 0; rg < pr; rg += 16) {
+        const int ph = pr - rg < 16 ? pr - rg : 16;
+        const __mmask16 m = ph >= 16 ? 0xffff : (__mmask16)((1u << ph) - 1);
+        __m512i f[16];
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++)
+            f[i] = i < ph ? _mm512_load_si512(out + (rg + i) * 16) : _mm512_setzero_si512();
+        tr16(f);
+        for (int k = 0; k < nt; k++) _mm512_mask_storeu_ps(y + k * ldy + rg, m, _mm512_castsi512_ps(f[k]));
+    }
+}
+
+void dsr1_mm_rows_int8g_xl_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1)
+{
+    const dsr1_wmat *w = j->w;
+    const int64_t cols = w->cols, ng = j->ldg, ldxt = j->ldxt;
+    _Alignas(64) float out[2 * DSR1_MM_RQ_ROWS * 16]; /* [token vector][row][lane] */
+    const int nvec = (j->n + 15) / 16;
+    for (int64_t r = r0; r < r1; r += DSR1_MM_RQ_ROWS) {
+        const int pr = (int)(r1 - r < DSR1_MM_RQ_ROWS ? r1 - r : DSR1_MM_RQ_ROWS);
+        /* j->pf's lines, shared out over the tiles */
+        const int64_t lines = j->pf && r == r0 ? (int64_t)j->pf_rows * cols / 64 : 0;
+        int ntile = 0;
+        for (int v = 0; v < nvec; v += 2) ntile += (pr + (nvec - v >= 2 ? XLG_RB2 : XLG_RB1) - 1) / (nvec - v >= 2 ? XLG_RB2 : XLG_RB1);
+        const int64_t share = (lines + ntile - 1) / ntile;
+        int64_t l0 = 0;
+        for (int v = 0; v < nvec; v += 2) {
+            /* the rows in tiles as even as they go (32 = 6+6+5+5+5+5, not
+             * 6x5+2: a 2-row tile has too few chains for vpdpbusd's latency) */
+            const int tv = nvec - v >= 2 ? 2 : 1, rbmax = tv == 2 ? XLG_RB2 : XLG_RB1;
+            const int nrt = (pr + rbmax - 1) / rbmax;
+            for (int i = 0, rr = 0; i < nrt; i++) {
+                const int rb = pr / nrt + (i < pr % nrt);
+                const int64_t pfn = l0 + share < lines ? share : lines > l0 ? lines - l0 : 0;
+                tile_xlg(tv, rb, cols, ng, (const int8_t *)w->data + (r + rr) * cols,
+                         (const float *)w->scale + (r + rr) * ng, j->wsum + (r + rr) * ng, ng,
+                         j->xt + v * ldxt, ldxt, j->xst + 16 * v, j->ldxst, out + rr * 16,
+                         pfn ? j->pf + l0 * 64 : NULL, pfn);
+                l0 += pfn;
+                rr += rb;
+            }
+            for (int k = 0; k < tv; k++) {
+                const int t = 16 * (v + k), nt = j->n - t < 16 ? j->n - t : 16;
+                xl_store(out + k * DSR1_MM_RQ_ROWS * 16, pr, nt, j->y + t * j->ldy + r, j->ldy);
+            }
+        }
+    }
+}
+
 /* ---- activations for W4A8 -------------------------------------------------------- */
 
 /* W4A8's x for the kernel above: xp[t] = xq[t] with each 8 columns in the
@@ -881,17 +1207,21 @@ INLINE __m512 fp8_f32x16(__m128i bytes)
 
 /* q[c] = +-t[|code|] for len (a multiple of 64) codes, negated where the
  * code's sign and neg differ: one vpermi2b per 64. */
-static __attribute__((target("avx512vbmi"))) void rq_lookup(const int8_t t[128], const uint8_t *row,
-                                                             int64_t len, int neg, int8_t *q)
+static __attribute__((target("avx512vbmi"))) __m512i rq_lookup(const int8_t t[128], const uint8_t *row,
+                                                                int64_t len, int neg, int8_t *q)
 {
+    __m512i sum = _mm512_setzero_si512();
     const __m512i t0 = _mm512_loadu_si512(t), t1 = _mm512_loadu_si512(t + 64);
     const __m512i mag = _mm512_set1_epi8(0x7f);
     const __mmask64 flip = neg ? ~(__mmask64)0 : 0;
     for (int64_t c = 0; c < len; c += 64) {
         const __m512i b = _mm512_loadu_si512(row + c);
         const __m512i v = _mm512_permutex2var_epi8(t0, _mm512_and_si512(b, mag), t1);
-        _mm512_storeu_si512(q + c, _mm512_mask_sub_epi8(v, _mm512_movepi8_mask(b) ^ flip, _mm512_setzero_si512(), v));
+        const __m512i o = _mm512_mask_sub_epi8(v, _mm512_movepi8_mask(b) ^ flip, _mm512_setzero_si512(), v);
+        _mm512_storeu_si512(q + c, o);
+        sum = _mm512_dpbusd_epi32(sum, _mm512_set1_epi8(1), o);
     }
+    return sum;
 }
 
 /* The end of block k (the last one may be partial). */
@@ -923,9 +1253,10 @@ void dsr1_mm_fp8_rq_tab_fill_avx512(dsr1_mm_rq_tab *t)
 
 /* 64 codes of a block by the 16-bit permutes of AVX-512 BW (no VBMI): the
  * table as words t16[0..127], q = +-t16[|code|], negated as rq_lookup. */
-INLINE void rq_lookup_w(const __m512i t16[4], const uint8_t *row, int64_t len, int neg, int8_t *q)
+INLINE __m512i rq_lookup_w(const __m512i t16[4], const uint8_t *row, int64_t len, int neg, int8_t *q)
 {
     const __mmask32 flip = neg ? ~(__mmask32)0 : 0;
+    __m512i sum = _mm512_setzero_si512();
     for (int64_t c = 0; c < len; c += 32) {
         const __m256i b = _mm256_loadu_si256((const __m256i *)(row + c));
         const __m512i i16 = _mm512_cvtepu8_epi16(_mm256_and_si256(b, _mm256_set1_epi8(0x7f)));
@@ -935,7 +1266,9 @@ INLINE void rq_lookup_w(const __m512i t16[4], const uint8_t *row, int64_t len, i
         __m256i v = _mm512_cvtepi16_epi8(_mm512_mask_blend_epi16(up, lo, hi));
         v = _mm256_mask_sub_epi8(v, _mm256_movepi8_mask(b) ^ flip, _mm256_setzero_si256(), v);
         _mm256_storeu_si256((__m256i *)(q + c), v);
+        sum = _mm512_dpbusd_epi32(sum, _mm512_set1_epi8(1), _mm512_zextsi256_si512(v));
     }
+    return sum;
 }
 
 /* Same bytes and scales as the scalar dsr1_mm_fp8_requant_row (matmul.c),
@@ -943,11 +1276,16 @@ INLINE void rq_lookup_w(const __m512i t16[4], const uint8_t *row, int64_t len, i
  * a byte max; its codes from t's table for that top, with VBMI one
  * vpermi2b per 64 weights, else two vpermi2w and a blend per 32. */
 void dsr1_mm_fp8_requant_row_avx512(const dsr1_wmat *w, int64_t r, int8_t *q, float *s_out,
-                                    const dsr1_mm_rq_tab *t, int vbmi)
+                                    int32_t *sum_out, const dsr1_mm_rq_tab *t, int vbmi)
 {
     const int64_t cols = w->cols, g = w->group, ncb = (cols + g - 1) / g;
     if (g % 64 || cols % 64) {
         dsr1_mm_fp8_requant_row(w, r, q, s_out);
+        for (int64_t k = 0; sum_out && k < ncb; k++) {
+            int32_t sum = 0;
+            for (int64_t c = k * g; c < end_of(k, g, cols); c++) sum += q[c];
+            sum_out[k] = sum;
+        }
         return;
     }
     const uint8_t *row = (const uint8_t *)w->data + r * cols;
@@ -968,18 +1306,22 @@ void dsr1_mm_fp8_requant_row_avx512(const dsr1_wmat *w, int64_t r, int8_t *q, fl
         s_out[k] = s;
         if (!(s > 0)) {
             memset(q + k * g, 0, (size_t)(end_of(k, g, cols) - k * g));
+            if (sum_out) sum_out[k] = 0;
             continue;
         }
         const int neg = bs[k] < 0;
+        __m512i sum;
         if (vbmi) {
-            rq_lookup(t->code[top], row + k * g, end_of(k, g, cols) - k * g, neg, q + k * g);
+            sum = rq_lookup(t->code[top], row + k * g, end_of(k, g, cols) - k * g, neg, q + k * g);
+            if (sum_out) sum_out[k] = _mm512_reduce_add_epi32(sum);
             continue;
         }
         const __m512i t16[4] = {_mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)t->code[top])),
                                 _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(t->code[top] + 32))),
                                 _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(t->code[top] + 64))),
                                 _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(t->code[top] + 96)))};
-        rq_lookup_w(t16, row + k * g, end_of(k, g, cols) - k * g, neg, q + k * g);
+        sum = rq_lookup_w(t16, row + k * g, end_of(k, g, cols) - k * g, neg, q + k * g);
+        if (sum_out) sum_out[k] = _mm512_reduce_add_epi32(sum);
     }
 }
 
