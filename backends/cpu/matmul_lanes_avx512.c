@@ -1271,6 +1271,58 @@ INLINE __m512i rq_lookup_w(const __m512i t16[4], const uint8_t *row, int64_t len
     return sum;
 }
 
+/* The largest magnitude code of row[c0, c1) (a multiple of 64 long). */
+INLINE int rq_top(const uint8_t *row, int64_t c0, int64_t c1)
+{
+    const __m512i mag = _mm512_set1_epi8(0x7f);
+    __m512i m = _mm512_setzero_si512();
+    for (int64_t c = c0; c < c1; c += 64) m = _mm512_max_epu8(m, _mm512_and_si512(_mm512_loadu_si512(row + c), mag));
+    __m256i h = _mm256_max_epu8(_mm512_castsi512_si256(m), _mm512_extracti64x4_epi64(m, 1));
+    __m128i x = _mm_max_epu8(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    x = _mm_max_epu8(x, _mm_srli_si128(x, 8));
+    x = _mm_max_epu8(x, _mm_srli_si128(x, 4));
+    x = _mm_max_epu8(x, _mm_srli_si128(x, 2));
+    x = _mm_max_epu8(x, _mm_srli_si128(x, 1));
+    return _mm_extract_epi8(x, 0);
+}
+
+/* fmaxf(0, m * |bs|) / 127 (matmul.c's scale) without the libm call:
+ * vmaxss gives its second operand, 0, where the product is NaN, as fmaxf
+ * does, and m * |bs| is never -0. */
+INLINE float rq_scale(float m, float bs)
+{
+    return _mm_cvtss_f32(_mm_max_ss(_mm_set_ss(m * fabsf(bs)), _mm_setzero_ps())) / 127.0f;
+}
+
+/* A row with VBMI: first every block's largest code and scale (no calls,
+ * so the blocks' loads and reductions overlap), then the codes by table;
+ * profiled per block, the libm fmaxf call and the lookup's call held each
+ * block's chain in turn. */
+static __attribute__((target("avx512vbmi"))) void rq_row_vbmi(const uint8_t *row, int64_t cols, int64_t g,
+                                                              int64_t ncb, const float *bs,
+                                                              const dsr1_mm_rq_tab *t, int8_t *q,
+                                                              float *s_out, int32_t *sum_out)
+{
+    for (int64_t k0 = 0; k0 < ncb; k0 += 64) {
+        const int64_t k1 = k0 + 64 < ncb ? k0 + 64 : ncb;
+        uint8_t top[64];
+        for (int64_t k = k0; k < k1; k++) {
+            top[k - k0] = (uint8_t)rq_top(row, k * g, end_of(k, g, cols));
+            s_out[k] = rq_scale(t->value[top[k - k0]], bs[k]);
+        }
+        for (int64_t k = k0; k < k1; k++) {
+            const int64_t len = end_of(k, g, cols) - k * g;
+            if (!(s_out[k] > 0)) {
+                memset(q + k * g, 0, (size_t)len);
+                if (sum_out) sum_out[k] = 0;
+                continue;
+            }
+            const __m512i sum = rq_lookup(t->code[top[k - k0]], row + k * g, len, bs[k] < 0, q + k * g);
+            if (sum_out) sum_out[k] = _mm512_reduce_add_epi32(sum);
+        }
+    }
+}
+
 /* Same bytes and scales as the scalar dsr1_mm_fp8_requant_row (matmul.c),
  * t from dsr1_mm_fp8_rq_tab_fill(_avx512). A block's top code comes from
  * a byte max; its codes from t's table for that top, with VBMI one
@@ -1290,19 +1342,13 @@ void dsr1_mm_fp8_requant_row_avx512(const dsr1_wmat *w, int64_t r, int8_t *q, fl
     }
     const uint8_t *row = (const uint8_t *)w->data + r * cols;
     const float *bs = (const float *)w->scale + (r / g) * ncb;
-    const __m512i mag = _mm512_set1_epi8(0x7f);
+    if (vbmi) {
+        rq_row_vbmi(row, cols, g, ncb, bs, t, q, s_out, sum_out);
+        return;
+    }
     for (int64_t k = 0; k < ncb; k++) {
-        __m512i m = _mm512_setzero_si512();
-        for (int64_t c = k * g; c < end_of(k, g, cols); c += 64)
-            m = _mm512_max_epu8(m, _mm512_and_si512(_mm512_loadu_si512(row + c), mag));
-        __m256i h = _mm256_max_epu8(_mm512_castsi512_si256(m), _mm512_extracti64x4_epi64(m, 1));
-        __m128i x = _mm_max_epu8(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-        x = _mm_max_epu8(x, _mm_srli_si128(x, 8));
-        x = _mm_max_epu8(x, _mm_srli_si128(x, 4));
-        x = _mm_max_epu8(x, _mm_srli_si128(x, 2));
-        x = _mm_max_epu8(x, _mm_srli_si128(x, 1));
-        const int top = _mm_extract_epi8(x, 0);
-        const float s = fmaxf(0.0f, t->value[top] * fabsf(bs[k])) / 127.0f;
+        const int top = rq_top(row, k * g, end_of(k, g, cols));
+        const float s = rq_scale(t->value[top], bs[k]);
         s_out[k] = s;
         if (!(s > 0)) {
             memset(q + k * g, 0, (size_t)(end_of(k, g, cols) - k * g));
@@ -1310,17 +1356,11 @@ void dsr1_mm_fp8_requant_row_avx512(const dsr1_wmat *w, int64_t r, int8_t *q, fl
             continue;
         }
         const int neg = bs[k] < 0;
-        __m512i sum;
-        if (vbmi) {
-            sum = rq_lookup(t->code[top], row + k * g, end_of(k, g, cols) - k * g, neg, q + k * g);
-            if (sum_out) sum_out[k] = _mm512_reduce_add_epi32(sum);
-            continue;
-        }
         const __m512i t16[4] = {_mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)t->code[top])),
                                 _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(t->code[top] + 32))),
                                 _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(t->code[top] + 64))),
                                 _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(t->code[top] + 96)))};
-        sum = rq_lookup_w(t16, row + k * g, end_of(k, g, cols) - k * g, neg, q + k * g);
+        const __m512i sum = rq_lookup_w(t16, row + k * g, end_of(k, g, cols) - k * g, neg, q + k * g);
         if (sum_out) sum_out[k] = _mm512_reduce_add_epi32(sum);
     }
 }
