@@ -1077,31 +1077,21 @@ static void tile_xlg(int tv, int rb, int64_t cols, int64_t ng, const int8_t *w, 
                      const int32_t *wsum, int64_t ldg, const uint8_t *xt, int64_t ldxt, const float *xst,
                      int64_t ldxst, float *out, const char *pf, int64_t pfn)
 {
+#define XLG_C(tv_, rb_)                                                                   \
+    case rb_: mk_xlg(tv_, rb_, XLG_ARGS); break;
     if (tv == 2) {
         switch (rb) {
-        case 1: mk_xlg(2, 1, XLG_ARGS); break;
-        case 2: mk_xlg(2, 2, XLG_ARGS); break;
-        case 3: mk_xlg(2, 3, XLG_ARGS); break;
-        case 4: mk_xlg(2, 4, XLG_ARGS); break;
-        case 5: mk_xlg(2, 5, XLG_ARGS); break;
+            XLG_C(2, 1) XLG_C(2, 2) XLG_C(2, 3) XLG_C(2, 4) XLG_C(2, 5)
         default: mk_xlg(2, 6, XLG_ARGS); break;
         }
         return;
     }
     switch (rb) {
-    case 1: mk_xlg(1, 1, XLG_ARGS); break;
-    case 2: mk_xlg(1, 2, XLG_ARGS); break;
-    case 3: mk_xlg(1, 3, XLG_ARGS); break;
-    case 4: mk_xlg(1, 4, XLG_ARGS); break;
-    case 5: mk_xlg(1, 5, XLG_ARGS); break;
-    case 6: mk_xlg(1, 6, XLG_ARGS); break;
-    case 7: mk_xlg(1, 7, XLG_ARGS); break;
-    case 8: mk_xlg(1, 8, XLG_ARGS); break;
-    case 9: mk_xlg(1, 9, XLG_ARGS); break;
-    case 10: mk_xlg(1, 10, XLG_ARGS); break;
-    case 11: mk_xlg(1, 11, XLG_ARGS); break;
+        XLG_C(1, 1) XLG_C(1, 2) XLG_C(1, 3) XLG_C(1, 4) XLG_C(1, 5) XLG_C(1, 6)
+        XLG_C(1, 7) XLG_C(1, 8) XLG_C(1, 9) XLG_C(1, 10) XLG_C(1, 11)
     default: mk_xlg(1, 12, XLG_ARGS); break;
     }
+#undef XLG_C
 }
 
 /* 16 tokens' values of rows [0, pr) (out[(row) * 16 + lane], pr <= 32) to
