@@ -121,6 +121,10 @@ DSR1_TEST(fp8_rq_avx512_matches_scalar)
         if (ncb > 2) sc[2] = 3e38f;                       /* huge: products overflow */
         if (rows > 128) sc[ncb] = NAN;                    /* block (1, 0) */
         if (ncb > 1) sc[ncb - 1] = -sc[ncb - 1];          /* a negative scale */
+        if (ncb > 20) {                                   /* the same inside the AVX-512 */
+            sc[17] = NAN;                                 /* one's 16-block groups */
+            sc[20] = -sc[20];
+        }
         int8_t *qs = malloc((size_t)cols), *qa = malloc((size_t)cols);
         float *ss = malloc((size_t)ncb * 4), *sa = malloc((size_t)ncb * 4);
         int32_t *sums = malloc((size_t)ncb * 4);
