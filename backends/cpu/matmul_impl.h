@@ -189,7 +189,9 @@ void dsr1_mm_fill_all(dsr1_pool *p, const dsr1_mm_job *j, int avx, int avx2);
 void dsr1_mm_rows_portable(const dsr1_mm_job *j, int64_t r0, int64_t r1);
 void dsr1_mm_rows_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1);
 /* matmul_lanes_avx512.c, called by dsr1_mm_rows_avx512: W4A8, and W8A8
- * with one scale per row for n >= 24 and columns a multiple of 64. */
+ * with one scale per row and columns a multiple of 64 with rows in lanes
+ * (n >= 24 where the tokens-in-lanes x is not made: from 96 tokens, or
+ * beside AMX) or tokens in lanes (16 to 95 tokens). */
 void dsr1_mm_rows_w4a8_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1);
 void dsr1_mm_rows_int8_lanes_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1);
 /* W8A8 with one scale per row, tokens in lanes (j->xt set; columns a
@@ -213,8 +215,9 @@ void dsr1_naive_scores_avx512(const float *q, int64_t ldq, int n, const float *k
                               int qk, int pb, float *s, int64_t lds);
 void dsr1_naive_values_avx512(const float *s, int64_t lds, int n, const float *v, int64_t ldv, int vd,
                               int pb, float *out, int64_t ldo);
-/* FP8 as W8A8's order (j->xgs set, INT8 weights with one scale per row,
- * n >= 24, columns a multiple of 64). */
+/* FP8 as W8A8's order with rows in lanes (j->xgs set, n >= 24, columns a
+ * multiple of 64): since the tokens-in-lanes kernel below, only AMX's
+ * leftover rows come here. */
 void dsr1_mm_rows_int8g_lanes_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1);
 /* The same order with tokens in lanes (an rq job's rows with j->xt, xst, wsum). */
 void dsr1_mm_rows_int8g_xl_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1);

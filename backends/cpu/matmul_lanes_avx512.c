@@ -881,7 +881,7 @@ void dsr1_mm_xt_fill_avx512(const int8_t *xq, int64_t ldxq, int n, uint8_t *xt, 
 /* rb rows (at w, stride ldw) x tv token vectors (xt at stride ldxt) over
  * steps 4-column steps, into acc[(v * XL_SR + r) * 16]. */
 INLINE void mk_xl(const int tv, const int rb, int64_t steps, const int8_t *w, int64_t ldw,
-                  const uint8_t *xt, int64_t ldxt, int32_t *acc, const char *pf)
+                  const uint8_t *xt, int64_t ldxt, int32_t *acc, const char *pf, int pfr)
 {
     __m512i a[XL_TV][XL_RB];
 #pragma GCC unroll 2
@@ -889,8 +889,8 @@ INLINE void mk_xl(const int tv, const int rb, int64_t steps, const int8_t *w, in
 #pragma GCC unroll 8
         for (int r = 0; r < rb; r++) a[v][r] = _mm512_load_si512(acc + (v * XL_SR + r) * 16);
     for (int64_t s = 0; s < steps; s++) {
-        /* pf: the next superblock's rows here, one line every other step */
-        if (pf && !(s & 1) && s / 2 < XL_RB * (steps / 16))
+        /* pf: the next superblock's pfr rows here, one line every other step */
+        if (pf && !(s & 1) && s / 2 < XL_RB * (steps / 16) && s / 2 % XL_RB < pfr)
             _mm_prefetch(pf + (s / 2 % XL_RB) * ldw + s / 2 / XL_RB * 64, _MM_HINT_T1);
         __m512i xv[XL_TV];
 #pragma GCC unroll 2
@@ -909,18 +909,18 @@ INLINE void mk_xl(const int tv, const int rb, int64_t steps, const int8_t *w, in
 
 #define XL_RBS(tv_)                                                                       \
     switch (rb) {                                                                         \
-    case 1: mk_xl(tv_, 1, steps, w, ldw, xt, ldxt, acc, pf); break;                           \
-    case 2: mk_xl(tv_, 2, steps, w, ldw, xt, ldxt, acc, pf); break;                           \
-    case 3: mk_xl(tv_, 3, steps, w, ldw, xt, ldxt, acc, pf); break;                           \
-    case 4: mk_xl(tv_, 4, steps, w, ldw, xt, ldxt, acc, pf); break;                           \
-    case 5: mk_xl(tv_, 5, steps, w, ldw, xt, ldxt, acc, pf); break;                           \
-    case 6: mk_xl(tv_, 6, steps, w, ldw, xt, ldxt, acc, pf); break;                           \
-    case 7: mk_xl(tv_, 7, steps, w, ldw, xt, ldxt, acc, pf); break;                           \
-    default: mk_xl(tv_, 8, steps, w, ldw, xt, ldxt, acc, pf); break;                          \
+    case 1: mk_xl(tv_, 1, steps, w, ldw, xt, ldxt, acc, pf, pfr); break;                           \
+    case 2: mk_xl(tv_, 2, steps, w, ldw, xt, ldxt, acc, pf, pfr); break;                           \
+    case 3: mk_xl(tv_, 3, steps, w, ldw, xt, ldxt, acc, pf, pfr); break;                           \
+    case 4: mk_xl(tv_, 4, steps, w, ldw, xt, ldxt, acc, pf, pfr); break;                           \
+    case 5: mk_xl(tv_, 5, steps, w, ldw, xt, ldxt, acc, pf, pfr); break;                           \
+    case 6: mk_xl(tv_, 6, steps, w, ldw, xt, ldxt, acc, pf, pfr); break;                           \
+    case 7: mk_xl(tv_, 7, steps, w, ldw, xt, ldxt, acc, pf, pfr); break;                           \
+    default: mk_xl(tv_, 8, steps, w, ldw, xt, ldxt, acc, pf, pfr); break;                          \
     }
 
 static void tile_xl(int tv, int rb, int64_t steps, const int8_t *w, int64_t ldw, const uint8_t *xt,
-                    int64_t ldxt, int32_t *acc, const char *pf)
+                    int64_t ldxt, int32_t *acc, const char *pf, int pfr)
 {
     if (tv == 2) {
         XL_RBS(2)
@@ -975,7 +975,7 @@ void dsr1_mm_rows_int8_xl_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1)
                                              ? (const char *)w->data + (rn + rr) * ldw + c0 : NULL;
                         tile_xl(tv, rb, len / 4, (const int8_t *)w->data + (r + rr) * ldw + c0, ldw,
                                 j->xt + (t0 / 16 + v) * ldxt + c0 * 16, ldxt,
-                                acc + (v * XL_SR + rr) * 16, pf);
+                                acc + (v * XL_SR + rr) * 16, pf, pn - rr < XL_RB ? pn - rr : XL_RB);
                     }
                 }
             }
