@@ -520,8 +520,6 @@ static void cpu_rope(void *wsp, dsr1_view xv, int heads, int64_t hstride, int ro
     dsr1_cpu_par_rows(ws, ws->step.n, rope_rows, &j);
 }
 
-static float silu(float x) { return x / (1.0f + expf(-x)); }
-
 /* gate/up with silu into ha (hb scratch) on pool p, our kernels. */
 static void gate_up_on(dsr1_pool *p, float *ha, float *hb, const dsr1_wmat *gate,
                        const dsr1_wmat *up, const float *x, int64_t ldx, int n, dsr1_act act)
@@ -533,7 +531,7 @@ static void gate_up_on(dsr1_pool *p, float *ha, float *hb, const dsr1_wmat *gate
     } else {
         dsr1_matmul(p, gate, x, ldx, ha, I, n, act);
         dsr1_matmul(p, up, x, ldx, hb, I, n, act);
-        for (size_t i = 0; i < (size_t)n * (size_t)I; i++) ha[i] = silu(ha[i]) * hb[i];
+        dsr1_silu_mul(ha, hb, (int64_t)n * I);
     }
 }
 
@@ -552,7 +550,7 @@ void dsr1_cpu_gated_mlp(cpu_ws *w, const dsr1_wmat *gate, const dsr1_wmat *up, c
     if (dsr1_cpu_take_dnnl(w, gate, n, act) && dsr1_cpu_take_dnnl(w, up, n, act)) {
         dsr1_cpu_matmul(w, gate, x, ldx, w->ha, I, n, act);
         dsr1_cpu_matmul(w, up, x, ldx, w->hb, I, n, act);
-        for (size_t i = 0; i < (size_t)n * (size_t)I; i++) w->ha[i] = silu(w->ha[i]) * w->hb[i];
+        dsr1_silu_mul(w->ha, w->hb, (int64_t)n * I);
     } else {
         gate_up_on(dsr1_cpu_pool(w), w->ha, w->hb, gate, up, x, ldx, n, act);
     }

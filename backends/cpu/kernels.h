@@ -127,6 +127,11 @@ typedef struct dsr1_mm_item {
 } dsr1_mm_item;
 void dsr1_matmul_batch(dsr1_pool *p, const dsr1_mm_item *items, int count, dsr1_act act);
 
+/* g[i] = silu(g[i]) * u[i] = g[i] / (1 + expf(-g[i])) * u[i] for i < n,
+ * in float32: SwiGLU's step wherever the backend takes it. With AVX-512
+ * 16 values at a time, the same bits (silu_avx512.c). */
+void dsr1_silu_mul(float *g, const float *u, int64_t n);
+
 /* The expert FFN's first half in one call: h = silu(x Wg^T) * (x Wu^T),
  * silu(g) = g / (1 + expf(-g)) in float32, h[t][r] at h + t * ldh + r.
  * gate and up must have the same shape and type. Bit-identical to two

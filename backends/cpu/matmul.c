@@ -385,10 +385,23 @@ static void run_task(void *ctx, int task, int ntasks)
     u.task_mem = j.task_mem;
     run_rows(mt, &u, r0, r1);
     for (int t = 0; t < j.n; t++)
-        for (int64_t r = r0; r < r1; r++) {
-            float g = j.y[t * j.ldy + r];
-            j.y[t * j.ldy + r] = g / (1.0f + expf(-g)) * u.y[t * u.ldy + r];
-        }
+        if (mt->avx)
+            dsr1_silu_mul_avx512(j.y + t * j.ldy + r0, u.y + t * u.ldy + r0, r1 - r0);
+        else
+            dsr1_silu_mul_ref(j.y + t * j.ldy + r0, u.y + t * u.ldy + r0, r1 - r0);
+}
+
+void dsr1_silu_mul_ref(float *g, const float *u, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+void dsr1_silu_mul(float *g, const float *u, int64_t n)
+{
+    if (dsr1_mm_avx512_usable())
+        dsr1_silu_mul_avx512(g, u, n);
+    else
+        dsr1_silu_mul_ref(g, u, n);
 }
 
 int dsr1_mm_rq_min_n(const dsr1_pool *p)
