@@ -413,21 +413,19 @@ DSR1_TEST(kernels_ffn_gate_up)
     dsr1_pool_free(pool);
 }
 
-/* The vector SwiGLU step (silu_avx512.c) against the scalar formula with
- * libm's expf, bit for bit: every 97th float bit pattern as g (a sweep of
- * all signs, exponents and mantissas), then the edges of glibc's main
- * expf path (|g| near 88, the underflow thresholds near -103.3 and -104,
- * infinities, NaN, denormals, zeros) inside vectors of ordinary values
- * and at ragged lengths (the masked tail). All 2^32 patterns were
- * compared once (Debian 12's glibc 2.36): none differ. */
-DSR1_TEST(kernels_silu_mul_matches_expf)
+/* A vector SwiGLU step (silu_avx512.c, silu_avx2.c) against the scalar
+ * formula with libm's expf, bit for bit: every 97th float bit pattern as
+ * g (a sweep of all signs, exponents and mantissas), then the edges of
+ * glibc's main expf path (|g| near 88, the underflow thresholds near
+ * -103.3 and -104, infinities, NaN, denormals, zeros) inside vectors of
+ * ordinary values and at ragged lengths (the tails). All 2^32 patterns
+ * were compared once for each (Debian 12's glibc 2.36): none differ. */
+static void silu_matches_expf(dsr1_test_ctx *t, void (*fn)(float *, const float *, int64_t), const char *what)
 {
-    if (!dsr1_mm_avx512_usable()) DSR1_SKIP("no AVX-512 on this CPU: the scalar loop is the only one");
     enum { B = 4096 };
     float *a = malloc(B * sizeof *a), *b = malloc(B * sizeof *b), *u = malloc(B * sizeof *u);
     for (int i = 0; i < B; i++) u[i] = 0.75f + (float)(i % 13) * 0.125f;
     int64_t bad = 0;
-    uint32_t first = 0;
     for (uint64_t s = 0; s < ((uint64_t)1 << 32); s += (uint64_t)97 * B) {
         for (int i = 0; i < B; i++) {
             uint32_t v = (uint32_t)(s + (uint64_t)97 * (uint64_t)i);
@@ -435,13 +433,10 @@ DSR1_TEST(kernels_silu_mul_matches_expf)
         }
         memcpy(b, a, B * sizeof *a);
         dsr1_silu_mul_ref(a, u, B);
-        dsr1_silu_mul_avx512(b, u, B);
-        for (int i = 0; i < B; i++)
-            if (memcmp(&a[i], &b[i], 4) != 0 && !(isnan(a[i]) && isnan(b[i]))) {
-                if (!bad++) memcpy(&first, &a[i], 4);
-            }
+        fn(b, u, B);
+        for (int i = 0; i < B; i++) bad += memcmp(&a[i], &b[i], 4) != 0 && !(isnan(a[i]) && isnan(b[i]));
     }
-    CHECKF(bad == 0, "%lld of the swept values differ from g / (1 + expf(-g)) * u", (long long)bad);
+    CHECKF(bad == 0, "%s: %lld of the swept values differ from g / (1 + expf(-g)) * u", what, (long long)bad);
     static const float edge[] = {88.0f, -88.0f, 87.99999f, -87.99999f, 88.72283f, -88.72284f,
                                  103.27892f, 103.28f, 103.97207f, 103.98f, 150.0f, -150.0f,
                                  INFINITY, -INFINITY, NAN, 1e-40f, -1e-40f, 0.0f, -0.0f,
@@ -458,14 +453,14 @@ DSR1_TEST(kernels_silu_mul_matches_expf)
             float *c = malloc((size_t)len * sizeof *c);
             memcpy(c, a, (size_t)len * sizeof *a);
             dsr1_silu_mul_ref(a, u, len);
-            dsr1_silu_mul_avx512(b, u, len);
+            fn(b, u, len);
             dsr1_silu_mul(c, u, len);
             for (int i = 0; i < len; i++) {
                 int same = (memcmp(&a[i], &b[i], 4) == 0 || (isnan(a[i]) && isnan(b[i]))) &&
                            (memcmp(&a[i], &c[i], 4) == 0 || (isnan(a[i]) && isnan(c[i])));
                 if (!same) {
-                    CHECKF(0, "edge %g at %d of %d: %a scalar, %a vector, %a dispatched", edge[k], i,
-                           len, a[i], b[i], c[i]);
+                    CHECKF(0, "%s: edge %g at %d of %d: %a scalar, %a vector, %a dispatched", what,
+                           edge[k], i, len, a[i], b[i], c[i]);
                     k = ne, len = 41;
                     break;
                 }
@@ -475,6 +470,18 @@ DSR1_TEST(kernels_silu_mul_matches_expf)
     free(a);
     free(b);
     free(u);
+}
+
+DSR1_TEST(kernels_silu_mul_avx512_matches_expf)
+{
+    if (!dsr1_mm_avx512_usable()) DSR1_SKIP("no AVX-512 on this CPU");
+    silu_matches_expf(t, dsr1_silu_mul_avx512, "avx512");
+}
+
+DSR1_TEST(kernels_silu_mul_avx2_matches_expf)
+{
+    if (!dsr1_mm_avx2_usable()) DSR1_SKIP("no AVX2+FMA on this CPU");
+    silu_matches_expf(t, dsr1_silu_mul_avx2, "avx2");
 }
 
 /* ---- BF16 mode prefill paths -------------------------------------------------- */

@@ -387,6 +387,8 @@ static void run_task(void *ctx, int task, int ntasks)
     for (int t = 0; t < j.n; t++)
         if (mt->avx)
             dsr1_silu_mul_avx512(j.y + t * j.ldy + r0, u.y + t * u.ldy + r0, r1 - r0);
+        else if (mt->avx2)
+            dsr1_silu_mul_avx2(j.y + t * j.ldy + r0, u.y + t * u.ldy + r0, r1 - r0);
         else
             dsr1_silu_mul_ref(j.y + t * j.ldy + r0, u.y + t * u.ldy + r0, r1 - r0);
 }
@@ -400,6 +402,8 @@ void dsr1_silu_mul(float *g, const float *u, int64_t n)
 {
     if (dsr1_mm_avx512_usable())
         dsr1_silu_mul_avx512(g, u, n);
+    else if (dsr1_mm_avx2_usable())
+        dsr1_silu_mul_avx2(g, u, n);
     else
         dsr1_silu_mul_ref(g, u, n);
 }

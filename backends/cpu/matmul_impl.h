@@ -263,11 +263,12 @@ void dsr1_mm_w4_prep_avx512(const int8_t *xq, int64_t ldxq, int n, int64_t group
  * multiple of 32): the oneDNN path's dequantisation. */
 void dsr1_mm_deq_bf16_avx512(const dsr1_wmat *w, int64_t r, int64_t c0, int64_t len, uint16_t *out);
 
-/* dsr1_silu_mul in scalar code (libm's expf) and with AVX-512
- * (silu_avx512.c, the same bits: it falls back to the scalar loop for
- * arguments off glibc's main expf path). */
+/* dsr1_silu_mul in scalar code (libm's expf), with AVX-512 and with AVX2
+ * (silu_avx512.c, silu_avx2.c: the same bits; they fall back to the
+ * scalar loop for arguments off glibc's main expf path). */
 void dsr1_silu_mul_ref(float *g, const float *u, int64_t n);
 void dsr1_silu_mul_avx512(float *g, const float *u, int64_t n);
+void dsr1_silu_mul_avx2(float *g, const float *u, int64_t n);
 
 /* Whether this CPU runs the AVX-512 kernels (F, BW, VL, DQ, BF16, VNNI and
  * the OS saving zmm state). Executes cpuid: cache the answer. */
