@@ -124,12 +124,25 @@ static void penalised_logits(const float *logits, int vocab, const dsr1_sampling
     }
 }
 
+/* The lowest id of the largest value (x holds no NaN: penalised_logits
+ * made them -inf). Two passes: the largest value 16 lanes at a time, a
+ * loop GCC turns into vector maxes, then its first index (-0 == +0, so a
+ * zero maximum finds the first zero of either sign, as a strict > scan
+ * would). The one-pass scan compared each value with x[best], a chain
+ * through memory: 3.6 ns a value, 470 us per 129280-entry vocabulary,
+ * against 47-56 us (Zen 4), 0.5% of a decoded token of the 3-layer file. */
 static int argmax(const float *x, int n)
 {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i; /* strict: the lowest id wins ties */
-    return best;
+    float lane[16], m = x[0];
+    int i = 0;
+    for (int k = 0; k < 16; k++) lane[k] = -INFINITY;
+    for (; i + 16 <= n; i += 16)
+        for (int k = 0; k < 16; k++) lane[k] = x[i + k] > lane[k] ? x[i + k] : lane[k];
+    for (int k = 0; k < 16; k++) m = lane[k] > m ? lane[k] : m;
+    for (; i < n; i++) m = x[i] > m ? x[i] : m;
+    for (i = 0; i < n; i++)
+        if (x[i] == m) return i;
+    return 0;
 }
 
 /* work <- softmax(work / temperature); returns the max probability. */

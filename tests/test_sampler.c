@@ -65,6 +65,42 @@ DSR1_TEST(sampler_greedy_is_argmax)
     CHECK_NEAR(q[0] + q[1] + q[2], 1.0, 0);
 }
 
+/* Greedy over rows long enough for argmax's 16-lane pass: the lowest id
+ * of the largest value, whichever lane and block its copies fall in,
+ * against a one-pass scan; zero maxima of both signs (-0 == +0: the first
+ * zero wins), NaN (never chosen), all -inf (id 0), ragged lengths. */
+DSR1_TEST(sampler_greedy_argmax_long_rows)
+{
+    enum { V = 1000 };
+    float *l = malloc(V * sizeof *l), *scratch = malloc(3 * V * sizeof *scratch);
+    dsr1_sampling s = plain(0);
+    dsr1_rng r;
+    dsr1_rng_seed(&r, 3);
+    uint64_t g = 99;
+    for (int trial = 0; trial < 200; trial++) {
+        int n = 1 + trial * 7 % V, bad = 0;
+        for (int i = 0; i < n; i++) {
+            g = g * 6364136223846793005ull + 1442695040888963407ull;
+            l[i] = (float)((g >> 33) % 64) - 40.0f; /* many ties */
+        }
+        if (trial % 5 == 1)
+            for (int i = 0; i < n; i++) l[i] = l[i] > 0 ? (i % 2 ? -0.0f : 0.0f) : l[i] - 1; /* max 0 */
+        if (trial % 5 == 2) l[(trial * 13) % n] = NAN;
+        if (trial % 5 == 3)
+            for (int i = 0; i < n; i++) l[i] = -INFINITY;
+        int want = -1;
+        for (int i = 0; i < n; i++)
+            if (!isnan(l[i]) && (want < 0 || l[i] > l[want])) want = i;
+        if (want < 0) want = 0;
+        int got = dsr1_sampler_sample(l, n, &s, NULL, 0, &r, scratch);
+        bad = got != want;
+        CHECKF(!bad, "trial %d (n %d): greedy took %d, the lowest id of the largest is %d", trial, n, got, want);
+        if (bad) break;
+    }
+    free(l);
+    free(scratch);
+}
+
 DSR1_TEST(sampler_temperature_softmax)
 {
     float l[4] = {1.0f, 2.0f, 0.0f, -1.0f};
