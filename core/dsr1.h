@@ -46,7 +46,7 @@ typedef struct dsr1_model_options {
      * mode (the CPU runs large prefill matmuls through oneDNN; results
      * then differ by bf16 rounding between batch shapes). */
     int deterministic;
-    /* The fast mode runs FP8 weights in matmuls of 16 tokens or more
+    /* The fast mode runs FP8 weights in matmuls of 9 tokens or more
      * (prefill) as W8A8: each row requantised to INT8 on the fly with a
      * scale per 128-column block, x quantised per token and 128 columns
      * (DeepSeek's FP8 granularity), 1.7x the bf16 FP8 prefill on an AVX-512

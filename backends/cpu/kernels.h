@@ -81,7 +81,17 @@ void dsr1_touch(void *mem, size_t bytes);
  * granularity, in int8 instead of e4m3. A token's result then depends on
  * how many tokens share the call, which only the fast mode allows. */
 #define DSR1_ACT_INT8_FAST ((dsr1_act)3)
-/* Below this the requantisation is not paid back. From 16 since the
+/* Below this the requantisation is not paid back. From 9: below, up to 8
+ * tokens, the bf16 GEMV (fp8_gemv: every weight read once per 4 tokens,
+ * no requantisation) is faster; from 9 tokens the bf16 path goes through
+ * decoded panels and W8A8 in tokens-in-lanes vectors (half empty at 9)
+ * wins. One process alternating the builds, 2048x7168 from 1 GB of
+ * copies, Zen 4, 2 threads, 6 rounds, bf16 -> W8A8 GFLOP/s: 8 tokens 294
+ * -> 222 (so not there), 9 168-175 -> 216-242, 10 168-198 -> 223-280, 12
+ * 215 -> 322; 7168x2048: 9 189-196 -> 247-251, 12 231-237 -> 299-320.
+ * In R1's regime (256 experts, 512-token chunks: ~16 tokens an expert,
+ * so about half the active experts get fewer) that is half the experts'
+ * matmuls. From 16 (before: 24) since the
  * tokens-in-lanes W8A8 kernel (dsr1_mm_rows_int8g_xl_avx512: no code panel
  * per call, the next rows' FP8 bytes prefetched while these compute): one
  * process alternating the builds, 2048x7168 from 1 GB of copies, Zen 4, 2
@@ -95,7 +105,7 @@ void dsr1_touch(void *mem, size_t bytes);
  * 0.67-0.77x at 40, 0.65-0.71x at 48; at 16 and 20 it was as often slower
  * as faster. W8A8's distance from float32 is per token, whatever the
  * count (dsr1 eval on tiny-r1: README, FP8 prefill as W8A8). */
-#define DSR1_MM_RQ_MIN_N 16
+#define DSR1_MM_RQ_MIN_N 9
 /* On a CPU with AVX2 and no AVX-512 the float FP8 kernel is slower for its
  * width and the table requantisation cheaper for its vpshufb tree
  * (matmul_avx2.c), so W8A8 pays from fewer tokens: `dsr1 bench kernels
