@@ -194,9 +194,9 @@ DSR1_TEST(mla_naive_cpu_not_deterministic)
 
 /* Which softmax rows the absorbed attention takes: the AVX-512 row in the
  * fast mode on an AVX-512 CPU (at a 2048-token context the scalar row was
- * the largest part of a decoded token's attention), the scalar row (libm's
- * expf, the same bits on every machine) in the deterministic mode and on
- * the float32 path. */
+ * the largest part of a decoded token's attention), the scalar row's bits
+ * (libm's expf, the same bits on every machine) in the deterministic mode
+ * and on the float32 path: on an AVX-512 CPU its exact vector form. */
 DSR1_TEST(mla_absorbed_softmax_choice)
 {
     for (int det = 0; det < 2; det++) {
@@ -206,12 +206,12 @@ DSR1_TEST(mla_absorbed_softmax_choice)
             return;
         }
         const cpu_ws *w = f.b.ws;
-        dsr1_cpu_softmax_fn fast = !det && dsr1_mm_avx512_usable() ? dsr1_cpu_softmax_row_avx512
-                                                                 : dsr1_cpu_softmax_row;
+        const int avx = dsr1_mm_avx512_usable();
+        dsr1_cpu_softmax_fn exact = avx ? dsr1_cpu_softmax_row_exact_avx512 : dsr1_cpu_softmax_row;
+        dsr1_cpu_softmax_fn fast = !det && avx ? dsr1_cpu_softmax_row_avx512 : exact;
         CHECKF(dsr1_cpu_attention_softmax(w, DSR1_ACT_INT8) == fast, "deterministic=%d: int8 act", det);
         CHECKF(dsr1_cpu_attention_softmax(w, DSR1_ACT_BF16) == fast, "deterministic=%d: bf16 act", det);
-        CHECKF(dsr1_cpu_attention_softmax(w, DSR1_ACT_F32) == dsr1_cpu_softmax_row,
-               "deterministic=%d: float32 path", det);
+        CHECKF(dsr1_cpu_attention_softmax(w, DSR1_ACT_F32) == exact, "deterministic=%d: float32 path", det);
         close_fx(&f);
     }
 }
@@ -235,6 +235,52 @@ DSR1_TEST(mla_naive_softmax_avx512)
         for (int i = valid; i < valid + 5; i++) tail += b[i] != 0.0f;
         CHECKF(off <= 2e-6 * top && !tail, "length %d: off by %g of %g, %d tail values not 0", valid,
                off, top, tail);
+    }
+}
+
+/* The exact softmax row (softmax_avx512.c) against the scalar one, bit
+ * for bit: every length from 1 to 70 and 300, scores spread so that s -
+ * max reaches every part of glibc's expf (its main path, the -88..-103.28
+ * stretch still on it, the 2^-149 results down to -103.97, zeros below,
+ * the thresholds themselves), ties at the maximum including zeros of both
+ * signs, -inf and NaN scores, rows of only -inf, a zero scale. */
+DSR1_TEST(mla_softmax_exact_avx512)
+{
+    if (!dsr1_mm_avx512_usable()) DSR1_SKIP("no AVX-512 kernels on this CPU");
+    enum { W = 310 };
+    float a[W], b[W];
+    unsigned sd = 91;
+    int bad = 0;
+    for (int trial = 0; trial < 400 && !bad; trial++) {
+        int valid = trial < 140 ? trial / 2 + 1 : 300, width = valid + trial % 7;
+        float spread = (float)(trial % 5) * 40 + 1, scale = trial % 11 ? 0.7f : 0.0f;
+        for (int i = 0; i < width; i++) a[i] = frand1(&sd) * spread;
+        switch (trial % 9) {
+        case 1: a[trial % valid] = -INFINITY; break;
+        case 2: a[trial % valid] = NAN; break;
+        case 3: for (int i = 0; i < valid; i++) a[i] = -INFINITY; break;
+        case 4: for (int i = 0; i < valid; i += 3) a[i] = i % 2 ? -0.0f : 0.0f; break;
+        case 5: /* s - max exactly at glibc's thresholds (scale 1) */
+            scale = 1.0f;
+            a[0] = 0.0f;
+            for (int i = 1; i < valid; i++)
+                a[i] = (float[]){-0x1.9d1d9ep6f, -0x1.9fe368p6f, -0x1.9d1d9cp6f, -0x1.9fe36ap6f, -88.0f,
+                                 -0x1.5fffffp6f, -103.5f, -104.0f}[i % 8];
+            break;
+        case 6: /* the maximum and a later NaN in the same lane of the vector pass */
+            if (valid > 16) a[0] = 2 * spread, a[16] = NAN;
+            break;
+        default: break;
+        }
+        memcpy(b, a, sizeof a);
+        dsr1_cpu_softmax_row(a, valid, width, scale);
+        dsr1_cpu_softmax_row_exact_avx512(b, valid, width, scale);
+        for (int i = 0; i < width && !bad; i++)
+            if (memcmp(&a[i], &b[i], 4) && !(isnan(a[i]) && isnan(b[i]))) {
+                bad = 1;
+                CHECKF(0, "trial %d (valid %d, width %d): position %d: %a scalar, %a vector", trial,
+                       valid, width, i, a[i], b[i]);
+            }
     }
 }
 

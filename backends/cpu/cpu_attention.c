@@ -35,7 +35,9 @@
  * The per-head projections (absorb, unabsorb) use the caller's mode.
  *
  * Softmax: the deterministic mode and the float32 path keep the scalar
- * row (libm's expf: the same bits on every machine); the fast mode, on
+ * row's bits (libm's expf: the same bits on every machine; on AVX-512
+ * machines computed 16 at a time by softmax_avx512.c's exact row, glibc's
+ * expf in vector lanes and the sum in the row's order); the fast mode, on
  * AVX-512 machines, the vector row of softmax_avx512.c (about 1 ulp from
  * libm's expf; a row's bits still depend only on its scores and valid
  * length, so batch invariance holds). At long contexts the scalar row was
@@ -275,9 +277,9 @@ static void attend_run(cpu_ws *w, const dsr1_mla_args *a, int t0, int t1, dsr1_c
 
 dsr1_cpu_softmax_fn dsr1_cpu_attention_softmax(const cpu_ws *w, dsr1_act act)
 {
-    return !w->dev->deterministic && act != DSR1_ACT_F32 && dsr1_pool_avx512(dsr1_cpu_pool(w))
-               ? dsr1_cpu_softmax_row_avx512
-               : dsr1_cpu_softmax_row;
+    if (!dsr1_pool_avx512(dsr1_cpu_pool(w))) return dsr1_cpu_softmax_row;
+    return !w->dev->deterministic && act != DSR1_ACT_F32 ? dsr1_cpu_softmax_row_avx512
+                                                         : dsr1_cpu_softmax_row_exact_avx512;
 }
 
 void dsr1_cpu_mla_attention(void *wsp, const dsr1_mla_args *a, dsr1_act act)

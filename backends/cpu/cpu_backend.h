@@ -138,6 +138,9 @@ void dsr1_cpu_softmax_row(float *s, int valid, int width, float scale);
  * libm's expf, so the fast mode only (the naive and the absorbed form);
  * AVX-512 CPUs only. */
 void dsr1_cpu_softmax_row_avx512(float *s, int valid, int width, float scale);
+/* dsr1_cpu_softmax_row's bits with AVX-512 (glibc's expf in vector lanes,
+ * the sum in the scalar row's order): softmax_avx512.c. */
+void dsr1_cpu_softmax_row_exact_avx512(float *s, int valid, int width, float scale);
 typedef void (*dsr1_cpu_softmax_fn)(float *s, int valid, int width, float scale);
 /* The absorbed attention's softmax rows for mode act (cpu_attention.c):
  * the AVX-512 row in the fast mode (not deterministic, act not F32) on an
