@@ -20,11 +20,12 @@ static inline __m512d dsr1_pd_bits(uint64_t b) { return _mm512_castsi512_pd(_mm5
 
 static inline dsr1_exp_consts dsr1_exp_consts_load(void)
 {
-    return (dsr1_exp_consts){.invln2n = dsr1_pd_bits(DSR1_EXP_INVLN2N), .shift = dsr1_pd_bits(DSR1_EXP_SHIFT),
-                        .c0 = dsr1_pd_bits(DSR1_EXP_C0), .c1 = dsr1_pd_bits(DSR1_EXP_C1), .c2 = dsr1_pd_bits(DSR1_EXP_C2),
-                        .one = _mm512_set1_pd(1.0),
-                        .t0 = _mm512_loadu_si512(dsr1_exp_tab), .t1 = _mm512_loadu_si512(dsr1_exp_tab + 8),
-                        .t2 = _mm512_loadu_si512(dsr1_exp_tab + 16), .t3 = _mm512_loadu_si512(dsr1_exp_tab + 24)};
+    return (dsr1_exp_consts){
+        .invln2n = dsr1_pd_bits(DSR1_EXP_INVLN2N), .shift = dsr1_pd_bits(DSR1_EXP_SHIFT),
+        .c0 = dsr1_pd_bits(DSR1_EXP_C0), .c1 = dsr1_pd_bits(DSR1_EXP_C1), .c2 = dsr1_pd_bits(DSR1_EXP_C2),
+        .one = _mm512_set1_pd(1.0),
+        .t0 = _mm512_loadu_si512(dsr1_exp_tab), .t1 = _mm512_loadu_si512(dsr1_exp_tab + 8),
+        .t2 = _mm512_loadu_si512(dsr1_exp_tab + 16), .t3 = _mm512_loadu_si512(dsr1_exp_tab + 24)};
 }
 
 /* expf of 8 floats given as doubles (exact), on glibc's main path. The
