@@ -259,10 +259,12 @@ int dsr1_common_open_checked(dsr1_model **m, const char *path, const char *backe
     "                          naive-form attention for prompt runs of 32+): a 512-token\n"      \
     "                          prefill at 0.5x of fast for FP8, 0.6-0.9x for INT8 and INT4 on\n" \
     "                          Zen 4, decode unchanged; see dsr1(1) FAST AND DETERMINISTIC MODE\n" \
-    "      --fp8-prefill M     FP8 files, fast mode: w8a8 (default) runs matmuls of 24+ tokens\n" \
-    "                          (prefill) in int8 with a scale per 128 columns, DeepSeek's FP8\n" \
+    "      --fp8-prefill M     FP8 files, fast mode: w8a8 (default) runs matmuls of 9+ tokens\n" \
+    "                          (prefill, and steps of 9+ sequences or verify rows) in int8\n" \
+    "                          with a scale per 128 columns, DeepSeek's FP8\n" \
     "                          granularity: prefill 1.7x bf16's on Zen 4 without AMX, KL from\n" \
     "                          f32 an INT8 file's (4.1e-3 against 7.3e-4 on tiny-r1); bf16 keeps\n" \
-    "                          bf16. Decode unchanged; --deterministic is always bf16\n"
+    "                          bf16. Steps of up to 8 tokens stay bf16; --deterministic\n" \
+    "                          is always bf16\n"
 
 #endif

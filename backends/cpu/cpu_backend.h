@@ -143,8 +143,9 @@ void dsr1_cpu_softmax_row_avx512(float *s, int valid, int width, float scale);
 void dsr1_cpu_softmax_row_exact_avx512(float *s, int valid, int width, float scale);
 typedef void (*dsr1_cpu_softmax_fn)(float *s, int valid, int width, float scale);
 /* The absorbed attention's softmax rows for mode act (cpu_attention.c):
- * the AVX-512 row in the fast mode (not deterministic, act not F32) on an
- * AVX-512 pool, else the scalar row. */
+ * on an AVX-512 pool the approximate AVX-512 row in the fast mode (not
+ * deterministic, act not F32) and the exact one otherwise; elsewhere the
+ * scalar row. */
 dsr1_cpu_softmax_fn dsr1_cpu_attention_softmax(const cpu_ws *w, dsr1_act act);
 /* Whether tokens [t0, t1) (one sequence's run) take the naive form: the
  * fast mode with a->wkv_b, a run long enough, and fewer multiply-adds. */

@@ -1,5 +1,5 @@
 /*
- * expf_avx512.h - glibc's expf (silu_exp.h) in AVX-512 double lanes, for
+ * expf_avx512.h - glibc's expf (expf_glibc.h) in AVX-512 double lanes, for
  * the *_avx512.c files that must give libm's bits: the SwiGLU step
  * (silu_avx512.c) and the deterministic softmax row (softmax_avx512.c).
  * Static inline: include it only from files built with the AVX-512 flags.
@@ -9,7 +9,7 @@
 
 #include <immintrin.h>
 
-#include "silu_exp.h"
+#include "expf_glibc.h"
 
 typedef struct dsr1_exp_consts {
     __m512d invln2n, shift, c0, c1, c2, one;

@@ -47,7 +47,8 @@ static size_t rq_tab_offset(const dsr1_mm_job *j)
 /* W8A8 with tokens in lanes where the AVX-512 kernels run and AMX does
  * not: the FP8 rq jobs' dsr1_mm_rows_int8g_xl_avx512 always (from
  * DSR1_MM_RQ_MIN_N, kernels.h, 9 tokens), INT8 weights'
- * dsr1_mm_rows_int8_xl_avx512 from XL_MIN_N to XL_INT8_MAX_N tokens. One process alternating the builds, INT8 2048x7168 from
+ * dsr1_mm_rows_int8_xl_avx512 from XL_MIN_N to XL_INT8_MAX_N tokens.
+ * One process alternating the builds, INT8 2048x7168 from
  * 1 GB of copies, Zen 4, 2 threads, 4 rounds, against the kernels before
  * (the panel below 24 tokens, rows in lanes from 24): 12 tokens 0.99x, 16
  * 1.11x, 20 1.03x, 24 1.03x, 28 1.00x, 32 1.12x, 48 1.08x, 64 1.04x, 128

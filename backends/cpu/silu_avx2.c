@@ -4,10 +4,10 @@
  * values a step, glibc's expf in four double lanes twice, the same bits
  * as the scalar loop. AVX2 has no two-register permute, so the table
  * entry comes by a gather. Steps holding an argument off glibc's main path
- * (silu_exp.h) and the last n % 8 values take the scalar loop.
+ * (expf_glibc.h) and the last n % 8 values take the scalar loop.
  */
 #include "matmul_impl.h"
-#include "silu_exp.h"
+#include "expf_glibc.h"
 
 #include <immintrin.h>
 

@@ -10,13 +10,13 @@
  *
  * Same bits, not merely close: the value must not depend on which kernel
  * path (AVX-512, AVX2, portable, oneDNN's prefill) or batch produced it,
- * and the deterministic mode promises that. So exp16 below is glibc's
- * expf (2.28 and later; the FMA build every AVX-512 machine runs) step for
- * step in double lanes: x / ln2 * 32 = k + r, 2^(k/32) from a 32-entry
- * table with k's high bits added to its exponent, a degree-3 polynomial
- * in r, one rounding to float at the end. The constants are that
- * algorithm's (its data table, read from Debian 12's libm: silu_exp.h). Lanes where
- * glibc leaves that path (|x| >= 88 as glibc's top12 test puts it: huge
+ * and the deterministic mode promises that. So the exponential
+ * (dsr1_exp16, expf_avx512.h) is glibc's expf (2.28 and later; the FMA
+ * build every AVX-512 machine runs) step for step in double lanes: x /
+ * ln2 * 32 = k + r, 2^(k/32) from a 32-entry table with k's high bits
+ * added to its exponent, a degree-3 polynomial in r, one rounding to float
+ * at the end. The constants are that algorithm's (its data table, read
+ * from Debian 12's libm: expf_glibc.h). Lanes where glibc leaves that path (|x| >= 88 as glibc's top12 test puts it: huge
  * arguments, infinities, NaN) make the whole vector take the scalar loop,
  * which calls expf itself. test_kernels compares the two bit for bit on
  * a sweep of every 97th float bit pattern plus the edges.
@@ -25,8 +25,6 @@
 #include "expf_avx512.h"
 
 #include <immintrin.h>
-#include <math.h>
-#include <string.h>
 
 void dsr1_silu_mul_avx512(float *g, const float *u, int64_t n)
 {

@@ -33,7 +33,7 @@ ev "$R1M" $S --same-as "$B" -- -j 16
 echo "FP8 KV cache:"
 ev "$R1M" $S -- --kv-type fp8
 # --fp8-prefill (run and chat take it through the shared generation
-# flags): the runs above had the prompts' prefills of 24+ tokens in W8A8
+# flags): the runs above had the prompts' prefills of 9+ tokens in W8A8
 # (the default); bf16 answers right too; the model line says which, and
 # --deterministic is never W8A8
 echo "FP8 --fp8-prefill bf16:"

@@ -1,10 +1,13 @@
 /*
- * silu_exp.h - the constants of glibc's expf (2.28 and later) that the
- * vector SwiGLU steps (silu_avx512.c, silu_avx2.c) follow step for step,
- * so that they give the scalar loop's bits (silu_avx512.c says why).
+ * expf_glibc.h - the constants of glibc's expf (2.28 and later) that the
+ * vector code giving libm's bits follows step for step: the SwiGLU steps
+ * (silu_avx512.c, silu_avx2.c; silu_avx512.c says why) and the
+ * deterministic softmax row (softmax_avx512.c), through expf_avx512.h.
+ * The bits are glibc's: against another libm (musl) the scalar loops give
+ * that libm's and the tests comparing the two would say so.
  */
-#ifndef DSR1_SILU_EXP_H
-#define DSR1_SILU_EXP_H
+#ifndef DSR1_EXPF_GLIBC_H
+#define DSR1_EXPF_GLIBC_H
 
 #include <stdint.h>
 
