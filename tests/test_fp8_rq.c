@@ -108,8 +108,8 @@ DSR1_TEST(fp8_rq_avx512_matches_scalar)
     CHECKF(!memcmp(ts, ta, sizeof *ts), "requantisation tables: AVX-512 fill differs from scalar");
     for (int top = 1; top < 128; top++)
         CHECKF(ts->code[top][top] == 127, "table %d: its own code gives %d, want 127", top, ts->code[top][top]);
-    static const int64_t shapes[][2] = {{140, 192}, {9, 7168}, {130, 320}};
-    for (int si = 0; si < 3; si++) {
+    static const int64_t shapes[][2] = {{140, 192}, {9, 7168}, {130, 320}, {130, 1280}, {9, 2048}};
+    for (int si = 0; si < (int)(sizeof shapes / sizeof *shapes); si++) {
         int64_t rows = shapes[si][0], cols = shapes[si][1], ncb = (cols + 127) / 128;
         tmat m = dsr1_test_mat(DSR1_T_FP8_E4M3, rows, cols, 0, 500 + (uint64_t)si);
         uint8_t *d = m.data;
