@@ -728,10 +728,11 @@ DSR1_TEST(kernels_int8_w8a8_lanes_matches_portable)
     int8_shapes_match(t, shapes, 4, ns, 8, 81, "W8A8", 0);
 }
 
-/* W8A8 with one scale per row, 5-8 tokens (gemv_int8_multi: row pairs over
- * 2048-column chunks in 16-row panels) against the portable kernel, bit for
- * bit: a second chunk ending in a masked step (2248), whole steps (4160:
- * two full chunks and one 64-byte step), a row shorter than one vector
+/* W8A8 with one scale per row, 3-8 tokens (gemv_int8_multi: row pairs over
+ * 512-column chunks in 16-row panels; 3-4 tokens only on rows longer than
+ * x's 8 KiB) against the portable kernel, bit for bit: a last chunk ending
+ * in a masked step (2248), whole steps (4160: eight full chunks and one
+ * 64-byte step), a row shorter than one vector
  * (40), odd rows (a lone row ends the panel: 37, 21), ragged panels. Rows
  * of at most 256 columns in whole 64-byte steps go to the lanes kernel
  * instead (MLA's per-head absorb, 128 columns): 128, 192, 256 and 64
@@ -741,18 +742,18 @@ DSR1_TEST(kernels_int8_w8a8_batch_matches_portable)
 {
     if (!dsr1_mm_avx512_usable() && !dsr1_mm_avx2_usable())
         DSR1_SKIP("no AVX-512 BF16/VNNI kernels on this CPU: %s", "dsr1_matmul would be the portable kernel compared with itself");
-    static const int ns[] = {5, 6, 7, 8};
+    static const int ns[] = {3, 4, 5, 6, 7, 8};
     static const int64_t shapes[][2] = {{37, 2248}, {45, 192}, {21, 4160}, {16, 40},
                                         {3, 64},    {37, 128}, {21, 256}};
-    int8_shapes_match(t, shapes, 7, ns, 4, 97, "W8A8 batch GEMV", 0);
+    int8_shapes_match(t, shapes, 7, ns, 6, 97, "W8A8 batch GEMV", 0);
 }
 
 /* W8A8 with one scale per row, 1-4 tokens: the row-by-row GEMV (n <= 2,
- * or x up to 8 KiB) and the 4-row tiles (3-4 tokens of long rows) against
+ * or x up to 8 KiB) and gemv_int8_multi (3-4 tokens of long rows) against
  * the portable kernel, bit for bit: columns a multiple of the 256-byte
  * step (2048), of 64 but not 256 (192, 2112), none of 64 (200, 50: a
  * masked end, a row shorter than one vector), long rows (4160: n = 3, 4
- * tiled), rows that leave ragged 4-row tiles and tasks (37, 45, 21); 1
+ * in row pairs), rows that leave ragged 4-row tiles and tasks (37, 45, 21); 1
  * thread and 2, and every 13th token alone gives its bits in the batch.
  * Rows of at most 256 columns go four at a time (gemv_i8_short4: MLA's
  * per-head 512x128 absorb matrices): 128 and 256 columns in whole 64-byte

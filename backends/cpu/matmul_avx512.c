@@ -1672,8 +1672,8 @@ static void gemv_int8(const dsr1_mm_job *j, int64_t r0, int64_t r1)
     }
 }
 
-/* W8A8, one scale per row, 5-8 tokens (a decode batch of 8, and the MoE's
- * busier experts in it). rows_int8_panel's 4x6 tiles cost 8 tokens two
+/* W8A8, one scale per row, 3-8 tokens (a decode batch of 8, a verify
+ * step, and the MoE's busier experts in them). rows_int8_panel's 4x6 tiles cost 8 tokens two
  * passes over each 4-row tile (a 6-token and a 2-token one) and a
  * 16-vector reduction per tile and chunk: compute-bound from DRAM (18432x
  * 7168, n = 8: 34 GB/s where n = 1 streams 74, Zen 5). Here a pair of
@@ -1691,9 +1691,26 @@ static void gemv_int8(const dsr1_mm_job *j, int64_t r0, int64_t r1)
  * alternation 0.5%), while whole runs of the two builds alternated came
  * out even (medians 52.1 tok/s both, the machine swinging -5 to +13%).
  * Still short of the 2 dpbusd a cycle the core issues: GCC keeps moving
- * the second row's accumulators. */
-#define GM_KC 2048
+ * the second row's accumulators.
+ * From DRAM it ran at ~27 GB/s on Zen 4 whatever the machine's bandwidth
+ * (one thread half of two: each core stalled, memory was not the limit)
+ * with its prefetch one pair (4 KiB) ahead. The lines are now asked for
+ * GM_PFD pairs ahead in the order the pairs are read (chunk by chunk,
+ * then the next panel), 48 KiB, and the chunk is 512 columns (x of 8
+ * tokens: 4 KiB of L1). One process alternating the builds, 18432x7168
+ * from 1 GB of copies, 2 threads, Zen 4 (membw 35 GB/s): n = 8 400 ->
+ * 535 GFLOP/s (33 GB/s), 7 372 -> 470, 6 ~325 -> 395, 5 262 -> 317; the
+ * prefetch distance alone (2048-column chunks) 1, 4, 12 pairs: n = 8 414,
+ * 420, 447; chunks of 1024 with 8, 16, 24, 32, 48 pairs ahead 470, 540,
+ * 545, 540, 530. And 3-4 tokens of long rows come here too (they took
+ * the generic 4x6 tiles): n = 4 230 -> 251, 3 185 -> 189 (7168x2048
+ * +5-10%). The R1-shape INT8 file's batch-8 decode, the two builds
+ * alternated 4 times each: 53.7-55.6 -> 63.9-65.2 tok/s (step 147 -> 124
+ * ms; every round). */
+#define GM_KC 512
 #define GM_PR 16
+#define GM_MIN_N 3 /* fewest tokens: 3-4 of long rows were the generic tiles' */
+#define GM_PFD 48  /* pairs ahead the L2 prefetch asks for: 48 KiB at GM_KC */
 
 /* The 8 lane-sums of v[0..7] in order (int32, exact). */
 INLINE __m256i gm_hsum8(const __m512i v[8])
@@ -1784,13 +1801,19 @@ static void gemv_int8_multi(const dsr1_mm_job *j, int64_t r0, int64_t r1)
             const int64_t len = cols - c0 < GM_KC ? cols - c0 : GM_KC;
             for (int a = 0; a < pr; a += 2) {
                 const int rt = pr - a >= 2 ? 2 : 1;
-                /* the pair after this one (past the task or the matrix:
-                 * prefetches do not fault) */
-                const int8_t *pf = a + 2 < pr             ? q + (r + a + 2) * cols + c0
-                                   : c0 + GM_KC < cols ? q + r * cols + c0 + GM_KC
-                                                          : q + (r + GM_PR) * cols;
+                /* the pair GM_PFD pairs after this one in the order they
+                 * are read: pairs of a chunk, chunks of a panel, panels
+                 * (past the task or the matrix: prefetches do not fault) */
+                const int64_t nck = (cols + GM_KC - 1) / GM_KC, ppc = (GM_PR + 1) / 2;
+                const int64_t at = c0 / GM_KC * ppc + a / 2 + GM_PFD;
+                const int64_t pan = at / (nck * ppc), ck = at % (nck * ppc) / ppc, pp = at % ppc;
+                const int8_t *pf = q + (r + pan * GM_PR + 2 * pp) * cols + ck * GM_KC;
                 const int8_t *wr = q + (r + a) * cols + c0, *xq = j->xq + c0;
                 switch (rt * 16 + nt) {
+                case 16 + 3: gm_pair2(1, 3, wr, cols, xq, j->ldxq, len, pf, c0 == 0, &dot[a]); break;
+                case 16 + 4: gm_pair2(1, 4, wr, cols, xq, j->ldxq, len, pf, c0 == 0, &dot[a]); break;
+                case 32 + 3: gm_pair2(2, 3, wr, cols, xq, j->ldxq, len, pf, c0 == 0, &dot[a]); break;
+                case 32 + 4: gm_pair2(2, 4, wr, cols, xq, j->ldxq, len, pf, c0 == 0, &dot[a]); break;
                 case 16 + 5: gm_pair2(1, 5, wr, cols, xq, j->ldxq, len, pf, c0 == 0, &dot[a]); break;
                 case 16 + 6: gm_pair2(1, 6, wr, cols, xq, j->ldxq, len, pf, c0 == 0, &dot[a]); break;
                 case 16 + 7: gm_pair2(1, 7, wr, cols, xq, j->ldxq, len, pf, c0 == 0, &dot[a]); break;
@@ -1848,7 +1871,7 @@ static void rows_int8(const dsr1_mm_job *j, int64_t r0, int64_t r1)
         dsr1_mm_rows_int8_lanes_avx512(j, r0, r1); /* matmul_lanes_avx512.c */
         return;
     }
-    if (j->w->group == 0 && j->n > 4 && j->n <= 8) {
+    if (j->w->group == 0 && j->n > GM_MIN_N - 1 && j->n <= 8) {
         gemv_int8_multi(j, r0, r1);
         return;
     }
