@@ -301,7 +301,7 @@ DSR1_TEST(kernels_fp8_vbmi_matches_fallback)
     if (!dsr1_mm_avx512_usable())
         DSR1_SKIP("no AVX-512 BF16/VNNI kernels on this CPU: %s", "neither FP8 vector path runs");
     static const int64_t colss[] = {2112, 2080, 2069, 2100, 301, 64};
-    static const int ns[] = {1, 2, 4, 5, 8, 9};
+    static const int ns[] = {1, 2, 4, 5, 6, 7, 8, 9};
     dsr1_pool *pool = NULL;
     dsr1_error err = {0};
     CHECK_OK(dsr1_pool_create(&pool, 2, &err), &err);
@@ -312,7 +312,7 @@ DSR1_TEST(kernels_fp8_vbmi_matches_fallback)
         uint8_t *codes = m.data;
         for (int64_t i = 0; i < rows * cols; i++)
             if (dsr1_test_rnd(&g) % 4 == 0) codes[i] = (uint8_t)dsr1_test_rnd(&g);
-        for (int ni = 0; ni < 6; ni++) {
+        for (int ni = 0; ni < (int)(sizeof ns / sizeof *ns); ni++) {
             int n = ns[ni];
             float *x = make_x(n, cols + 3, 42 + (uint64_t)n);
             size_t bytes = (size_t)(n * rows) * 4;
