@@ -22,7 +22,6 @@
 #include "be_util.h"
 #include "core/forward.h"
 #include "core/kvcache.h"
-#include "core/numeric.h"
 #include "backends/cpu/matmul_impl.h" /* dsr1_mm_avx512_usable */
 #include "mat_util.h"
 #include "test.h"
@@ -173,10 +172,8 @@ DSR1_TEST(mla_naive_cpu_long_runs)
         bad = attend(t, &f, 8, seq + 1, pos + 1, DSR1_ACT_INT8, 1e-2, got, want);
         CHECKF(!bad && w->naive_runs == 1, "%s: 8 tokens: %d outputs off, %llu naive runs", tn,
                bad, (unsigned long long)w->naive_runs);
-        /* a run from position 1 to 148: its first tile spans 65 positions
-         * of 149 (the bf16 products' pair of positions 64 and 65 cut in
-         * the probabilities, not in the values), its last 149 (the values'
-         * last pair half empty) */
+        /* a run from position 1 to 148: its tiles span 65, 129 and 149
+         * positions, none a multiple of the products' 16 or 32 lanes */
         bad = attend(t, &f, NA - 2, seq + 2, pos + 2, DSR1_ACT_INT8, 1e-2, got, want);
         CHECKF(!bad && w->naive_runs == 2, "%s: %d tokens: %d outputs off, %llu naive runs", tn, NA - 2,
                bad, (unsigned long long)w->naive_runs);
@@ -382,77 +379,5 @@ DSR1_TEST(mla_naive_products_avx512)
         CHECKF(!bad && !spill, "n %d, %d positions, qk %d, vd %d: %d outputs off, %d written past a row",
                n, pb, qk, vd, bad, spill);
         free(q), free(kt), free(s), free(v), free(o);
-    }
-}
-
-/* The fast mode's bf16 products (naive_avx512.c): rows paired into words
- * (every length's tail, an odd one's high half 0) and two rows zipped
- * (the second absent: 0), each word the two values rounded to nearest
- * even as dsr1_f32_to_bf16 rounds them, nothing written past the words;
- * then the product of words against the double sum of the bf16 values'
- * products (exact in float32: 8-bit mantissas), within 2e-5 of the terms'
- * magnitudes, over ragged token tiles and 16- and 32-lane column tails,
- * nothing written between output rows. */
-static uint32_t pair_word(float lo, float hi)
-{
-    return dsr1_f32_to_bf16(lo) | (uint32_t)dsr1_f32_to_bf16(hi) << 16;
-}
-
-DSR1_TEST(mla_naive_bf16_products_avx512)
-{
-    if (!dsr1_mm_avx512_usable()) DSR1_SKIP("no AVX-512 BF16 kernels on this CPU");
-    unsigned sd = 71;
-    float x[260], y[260];
-    uint32_t w[140];
-    for (int i = 0; i < 260; i++) x[i] = 3.0f * frand1(&sd), y[i] = frand1(&sd);
-    x[4] = 1.0f + 0x1p-8f; /* a tie: to even, 1.0 (a word's low half) */
-    x[5] = 1.0f + 0x3p-8f; /* a tie: up (its high half) */
-    static const int lens[] = {1, 2, 15, 31, 32, 33, 64, 191, 192, 257};
-    for (int li = 0; li < 10; li++) {
-        const int n = lens[li], nw = (n + 1) / 2;
-        int bad = 0, spill = 0;
-        for (int i = 0; i < 140; i++) w[i] = 0x55555555u;
-        dsr1_bf16_pairs_avx512(x, n, w);
-        for (int i = 0; i < nw; i++) bad += w[i] != pair_word(x[2 * i], 2 * i + 1 < n ? x[2 * i + 1] : 0.0f);
-        for (int i = nw; i < 140; i++) spill += w[i] != 0x55555555u;
-        CHECKF(!bad && !spill, "pairs of %d: %d words wrong, %d written past", n, bad, spill);
-        for (int z = 0; z < 2 && n <= 130; z++) {
-            bad = spill = 0;
-            for (int i = 0; i < 140; i++) w[i] = 0x55555555u;
-            dsr1_bf16_zip_avx512(x, z ? y : NULL, n, w);
-            for (int i = 0; i < n; i++) bad += w[i] != pair_word(x[i], z ? y[i] : 0.0f);
-            for (int i = n; i < 140; i++) spill += w[i] != 0x55555555u;
-            CHECKF(!bad && !spill, "zip of %d (second row %d): %d words wrong, %d written past", n, z, bad,
-                   spill);
-        }
-    }
-    static const int shapes[][3] = {/* n, K words, C */
-                                    {1, 1, 1}, {5, 17, 20}, {7, 96, 33}, {64, 75, 150}, {6, 64, 128}};
-    for (int si = 0; si < 5; si++) {
-        const int n = shapes[si][0], K = shapes[si][1], C = shapes[si][2];
-        const int64_t lda = K + 3, ldw = C + 5, ldo = C + 4;
-        uint32_t *a = malloc((size_t)n * lda * 4), *b = malloc((size_t)K * ldw * 4);
-        float *o = malloc((size_t)n * ldo * 4);
-        for (int64_t i = 0; i < n * lda; i++) a[i] = pair_word(frand1(&sd), frand1(&sd));
-        for (int64_t i = 0; i < K * ldw; i++) b[i] = pair_word(frand1(&sd), frand1(&sd));
-        for (int64_t i = 0; i < n * ldo; i++) o[i] = -7.0f;
-        dsr1_naive_gemm_bf16_avx512(a, lda, n, K, b, ldw, C, o, ldo);
-        int bad = 0, spill = 0;
-        for (int tk = 0; tk < n; tk++) {
-            for (int c = 0; c < C; c++) {
-                double want = 0, mag = 0;
-                for (int k = 0; k < K; k++)
-                    for (int h = 0; h < 2; h++) {
-                        double p = (double)dsr1_bf16_to_f32((uint16_t)(a[tk * lda + k] >> 16 * h)) *
-                                   dsr1_bf16_to_f32((uint16_t)(b[k * ldw + c] >> 16 * h));
-                        want += p, mag += fabs(p);
-                    }
-                bad += !(fabs(o[tk * ldo + c] - want) <= 2e-5 * mag);
-            }
-            for (int64_t c = C; c < ldo; c++) spill += o[tk * ldo + c] != -7.0f;
-        }
-        CHECKF(!bad && !spill, "n %d, %d words, %d columns: %d outputs off, %d written past a row", n, K, C,
-               bad, spill);
-        free(a), free(b), free(o);
     }
 }

@@ -21,21 +21,9 @@
  *
  * Only in the fast mode: the two forms round differently and which one a
  * token gets depends on the length of its run (how its prompt was chunked
- * and batched), which --deterministic forbids (backend.h's contract). On
- * AVX-512 the two products run in bf16 (vdpbf16ps, float32 sums and
- * softmax), as DeepSeek's own inference code runs its attention: q, the
- * keys, the probabilities and the values rounded to bf16, twice the
- * float32 products' rate. cpu_attention.c keeps the absorbed form's
- * float32 (on the random tiny fixture bf16 there cost a logit cosine of
- * 0.74); here the keys and values are already the fast mode's W8A8
- * expansion, and measured on tiny-r1 (dsr1 eval, 48 held-out
- * conversations, fast against float32, FP8 file) the positions whose
- * routing both agree on kept their distance (KL mean 7.42e-4 -> 7.51e-4,
- * top-1 99.10 -> 99.34%), while near-tie routing flipped at 107 positions
- * instead of 102, the mean KL over all 4.02e-3 -> 5.81e-3 (top-1 98.91 ->
- * 98.95%); on the random tiny fixture 0.0302 -> 0.0291. INT8 R1-shape
- * file, prefill 512, alternated with the float32 products (Zen 4, 2
- * threads, 6 rounds): 198-201 -> 206-209 tok/s. The expansion rounds as the absorbed form's
+ * and batched), which --deterministic forbids (backend.h's contract). The
+ * products stay float32 as in the absorbed form (cpu_attention.c says why
+ * bf16 is too coarse there); the expansion rounds as the absorbed form's
  * projections do, in dsr1's kernels of the caller's mode (W8A8 on INT8
  * kv_b_proj, bf16 x against exact FP8 values), never oneDNN: its bf16 copy
  * of FP8 weights rounds them too, and with it the random tiny fixture's
@@ -93,7 +81,6 @@ typedef struct naive_job {
     int g0, gn, t0, t1, P, nt;
     void (*softmax)(float *s, int valid, int width, float scale);
     int avx512;                /* naive_avx512.c usable */
-    int bf16;                  /* its bf16 products (naive_head_bf16) */
 } naive_job;
 
 /* A row stride of at least n floats that is no multiple of 1 KiB: the
@@ -138,60 +125,6 @@ static void naive_head_avx512(const naive_job *j, int h, const float *eh, float 
     }
 }
 
-/* A row stride for the zipped values: 4 KiB apart every 8 rows would
- * share L1 sets as pad_ld says (v = 128 words: 512 bytes). */
-static int64_t zip_ld(int64_t n) { return n % 64 ? n : n + 16; }
-
-/* Words naive_head_bf16 keeps after a task's scores: the keys' words
- * before the transpose, then the zipped values. */
-static size_t bf16_room(int P, int qk, int v)
-{
-    size_t keys = (size_t)P * (size_t)(qk / 2), vals = (size_t)(P + 1) / 2 * (size_t)zip_ld(v);
-    return keys > vals ? keys : vals;
-}
-
-/* naive_head_avx512 with bf16 products, the fast mode's on AVX-512: the
- * keys as words of bf16 pairs along qk (built row by row in the values'
- * place, then transposed into kt), the values as words of two positions
- * (vz: [p / 2][ldz]), each tile's queries as pairs (qz) and its
- * probabilities paired in place; vdpbf16ps, float32 sums and softmax. */
-static void naive_head_bf16(const naive_job *j, int h, const float *eh, float *kt)
-{
-    const dsr1_mla_args *a = j->a;
-    const int32_t *pos = j->w->step.pos;
-    const int nope = a->qk_nope, rope = a->rope_dim, v = a->v_dim, qk = nope + rope, P = j->P;
-    const int qw = qk / 2; /* words of a key or query */
-    const int64_t ldz = zip_ld(v);
-    float *s = kt + (size_t)qk * (size_t)j->ldkt;   /* [NAIVE_TT][lds] */
-    uint32_t *vz = (uint32_t *)(s + (size_t)NAIVE_TT * (size_t)j->ldkt); /* [(P + 1) / 2][ldz] */
-    uint32_t *qz = vz + bf16_room(P, qk, v);          /* [NAIVE_TT][qw] */
-    uint32_t *kw = vz;                                 /* [P][qw], before vz is made */
-    for (int p = 0; p < P; p++) {
-        dsr1_bf16_pairs_avx512(eh + (int64_t)p * j->lde, nope, kw + (size_t)p * qw);
-        dsr1_bf16_pairs_avx512(j->kpe + (int64_t)p * j->ldk, rope, kw + (size_t)p * qw + nope / 2);
-    }
-    dsr1_transpose_f32_avx512((const float *)kw, qw, P, qw, kt, j->ldkt); /* 32-bit words, bits kept */
-    for (int p = 0; p < P; p += 2)
-        dsr1_bf16_zip_avx512(eh + (int64_t)p * j->lde + nope, p + 1 < P ? eh + (int64_t)(p + 1) * j->lde + nope : NULL,
-                             v, vz + (size_t)(p / 2) * (size_t)ldz);
-    for (int t = j->t0; t < j->t1; t += NAIVE_TT) {
-        const int cnt = j->t1 - t < NAIVE_TT ? j->t1 - t : NAIVE_TT, pb = tile_span(pos + t, cnt);
-        const int pw = (pb + 1) / 2; /* words of a row of probabilities */
-        const int64_t lds = 2 * (int64_t)pw;
-        for (int i = 0; i < cnt; i++)
-            dsr1_bf16_pairs_avx512(j->q + (t + i) * j->ldq + (int64_t)h * qk, qk, qz + (size_t)i * qw);
-        dsr1_naive_gemm_bf16_avx512(qz, qw, cnt, qw, (const uint32_t *)kt, j->ldkt, pb, s, lds);
-        for (int i = 0; i < cnt; i++) {
-            float *si = s + (size_t)i * (size_t)lds;
-            j->softmax(si, pos[t + i] + 1, pb, a->scale);
-            if (pb < lds) si[pb] = 0; /* the odd position's pair */
-            dsr1_bf16_pairs_avx512(si, lds, (uint32_t *)si); /* in place: words trail floats */
-        }
-        dsr1_naive_gemm_bf16_avx512((const uint32_t *)s, lds, cnt, pw, vz, ldz, v,
-                                    j->out + t * j->ldo + (int64_t)h * v, j->ldo);
-    }
-}
-
 /* Task k: heads [g0 + k gn / nt, g0 + (k+1) gn / nt), on the k-th
  * one-thread pool (its matmul scratch). */
 static void naive_task(void *ctx, int k, int nt)
@@ -208,10 +141,6 @@ static void naive_task(void *ctx, int k, int nt)
     for (int hl = j->gn * k / j->nt; hl < j->gn * (k + 1) / j->nt; hl++) {
         int h = j->g0 + hl;
         const float *eh = j->e + (size_t)hl * (size_t)(nope + v);
-        if (j->avx512 && j->bf16) {
-            naive_head_bf16(j, h, eh, j->scr + (size_t)k * j->scr_per);
-            continue;
-        }
         if (j->avx512) {
             naive_head_avx512(j, h, eh, j->scr + (size_t)k * j->scr_per);
             continue;
@@ -261,11 +190,7 @@ int dsr1_cpu_mla_naive(cpu_ws *w, const dsr1_mla_args *a, dsr1_act act, int t0, 
     int nt = nth < w->n_hpools ? nth : w->n_hpools;
     if (nt > G) nt = G;
     const int64_t ldkt = pad_ld(P), lde_cap = (int64_t)G * hw + 32; /* pad_ld(gn hw) <= lde_cap */
-    /* per task: kt, a tile's scores, the values transposed (float32) or
-     * zipped and a tile's queries (bf16) */
-    size_t per = (size_t)ldkt * (size_t)(nope + rope + NAIVE_TT);
-    size_t f32 = (size_t)ldkt * (size_t)v, bf = bf16_room(P, nope + rope, v) + (size_t)NAIVE_TT * (size_t)(nope + rope) / 2;
-    per += (f32 > bf ? f32 : bf) + 16;
+    size_t per = (size_t)ldkt * (size_t)(nope + rope + NAIVE_TT + v);
     size_t need = (size_t)P * (size_t)row + (size_t)P * (size_t)lde_cap + (size_t)nt * per;
     if (need > w->nv_cap) {
         free(w->nv);
@@ -287,8 +212,7 @@ int dsr1_cpu_mla_naive(cpu_ws *w, const dsr1_mla_args *a, dsr1_act act, int t0, 
                    .t0 = t0, .t1 = t1, .P = P,
                    .softmax = dsr1_pool_avx512(pool) ? dsr1_cpu_softmax_row_avx512
                                                      : dsr1_cpu_softmax_row,
-                   .avx512 = dsr1_pool_avx512(pool),
-                   .bf16 = nope % 2 == 0 && rope % 2 == 0};
+                   .avx512 = dsr1_pool_avx512(pool)};
     for (int g0 = 0; g0 < H; g0 += G) {
         dsr1_wmat part;
         j.g0 = g0;

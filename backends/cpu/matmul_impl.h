@@ -215,15 +215,6 @@ void dsr1_naive_scores_avx512(const float *q, int64_t ldq, int n, const float *k
                               int qk, int pb, float *s, int64_t lds);
 void dsr1_naive_values_avx512(const float *s, int64_t lds, int n, const float *v, int64_t ldv, int vd,
                               int pb, float *out, int64_t ldo);
-/* The fast mode's bf16 products (naive_avx512.c): rows as words of bf16
- * pairs (dsr1_bf16_pairs_avx512: word i = x[2i], x[2i+1]; an odd tail's
- * high half 0), two rows zipped into words (word d = a[d], b[d]; b NULL
- * gives 0), and o[t][c] = sum_k a[t][k] . w[k][c] (vdpbf16ps: both halves
- * of a word, float32 sums) for t < n, k < K words, c < C. */
-void dsr1_bf16_pairs_avx512(const float *x, int64_t n, uint32_t *out);
-void dsr1_bf16_zip_avx512(const float *a, const float *b, int64_t n, uint32_t *out);
-void dsr1_naive_gemm_bf16_avx512(const uint32_t *a, int64_t lda, int n, int64_t K, const uint32_t *w,
-                                 int64_t ldw, int64_t C, float *o, int64_t ldo);
 /* FP8 as W8A8's order with rows in lanes (j->xgs set, n >= 24, columns a
  * multiple of 64): since the tokens-in-lanes kernel below, only AMX's
  * leftover rows come here. */

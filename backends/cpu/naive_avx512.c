@@ -15,9 +15,6 @@
  * transposed first. The order of the sums differs from dsr1_matmul's
  * F32 order (each lane adds its terms front to back): the naive form is
  * only taken in the fast mode, which promises no bits (backend.h).
- * The bf16 twins at the end (what the fast mode runs, cpu_mla_naive.c):
- * the same tiles on words of two bf16 values, vdpbf16ps adding both
- * halves' products per lane, half the instructions per product.
  */
 #include "matmul_impl.h"
 
@@ -91,81 +88,4 @@ void dsr1_naive_values_avx512(const float *s, int64_t lds, int n, const float *v
                               int pb, float *out, int64_t ldo)
 {
     gemm_nn(s, lds, n, pb, v, ldv, vd, out, ldo);
-}
-
-/* ---- bf16 products (the fast mode's naive form) ----------------------------------- */
-
-/* Words of bf16 pairs: word i = (x[2i], x[2i+1]) rounded to nearest even
- * (the low half x[2i], as vdpbf16ps pairs them), n floats into (n + 1) / 2
- * words, an odd n's last high half 0. */
-void dsr1_bf16_pairs_avx512(const float *x, int64_t n, uint32_t *out)
-{
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32)
-        _mm512_storeu_si512(out + i / 2, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16),
-                                                                      _mm512_loadu_ps(x + i)));
-    if (i < n) {
-        const __m512 lo = _mm512_maskz_loadu_ps(lanes(n - i), x + i);
-        const __m512 hi = _mm512_maskz_loadu_ps(lanes(n - i - 16), x + i + 16);
-        _mm512_mask_storeu_epi32(out + i / 2, lanes((n - i + 1) / 2),
-                                 (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
-    }
-}
-
-/* Two rows zipped: word d = (a[d], b[d]) in bf16 for d < n (b NULL: 0). */
-void dsr1_bf16_zip_avx512(const float *a, const float *b, int64_t n, uint32_t *out)
-{
-    for (int64_t d = 0; d < n; d += 16) {
-        const __mmask16 m = lanes(n - d);
-        const __m512i lo = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, a + d)));
-        const __m512i hi = b ? _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, b + d)))
-                             : _mm512_setzero_si512();
-        _mm512_mask_storeu_epi32(out + d, m, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
-    }
-}
-
-/* tile's bf16 twin: acc[b][h] += a[b][k] . w[k][h] per pair (vdpbf16ps,
- * float32 sums), a's words broadcast by the instruction's operand. */
-INLINE void tile_bf(const uint32_t *const ra[NT], int64_t K, const uint32_t *w, int64_t ldw, float *const o[NT],
-                    int nb, __mmask16 m0, __mmask16 m1)
-{
-    __m512 acc[NT][2];
-#pragma GCC unroll 6
-    for (int b = 0; b < NT; b++) acc[b][0] = acc[b][1] = _mm512_setzero_ps();
-    for (int64_t k = 0; k < K; k++) {
-        const __m512bh w0 = (__m512bh)_mm512_maskz_loadu_epi32(m0, w + k * ldw);
-        const __m512bh w1 = (__m512bh)_mm512_maskz_loadu_epi32(m1, w + k * ldw + 16);
-#pragma GCC unroll 6
-        for (int b = 0; b < NT; b++) {
-            const __m512bh av = (__m512bh)_mm512_set1_epi32((int)ra[b][k]);
-            acc[b][0] = _mm512_dpbf16_ps(acc[b][0], av, w0);
-            acc[b][1] = _mm512_dpbf16_ps(acc[b][1], av, w1);
-        }
-    }
-#pragma GCC unroll 6
-    for (int b = 0; b < NT; b++)
-        if (b < nb) {
-            _mm512_mask_storeu_ps(o[b], m0, acc[b][0]);
-            _mm512_mask_storeu_ps(o[b] + 16, m1, acc[b][1]);
-        }
-}
-
-void dsr1_naive_gemm_bf16_avx512(const uint32_t *a, int64_t lda, int n, int64_t K, const uint32_t *w,
-                                 int64_t ldw, int64_t C, float *o, int64_t ldo)
-{
-    for (int t0 = 0; t0 < n; t0 += NT) {
-        const int nb = n - t0 < NT ? n - t0 : NT;
-        const uint32_t *ra[NT];
-        float *ro[NT];
-        for (int b = 0; b < NT; b++) {
-            const int t = t0 + (b < nb ? b : 0);
-            ra[b] = a + t * lda;
-            ro[b] = o + t * ldo;
-        }
-        for (int64_t c0 = 0; c0 < C; c0 += 32) {
-            float *rc[NT];
-            for (int b = 0; b < NT; b++) rc[b] = ro[b] + c0;
-            tile_bf(ra, K, w + c0, ldw, rc, nb, lanes(C - c0), lanes(C - c0 - 16));
-        }
-    }
 }
