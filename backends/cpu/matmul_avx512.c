@@ -1673,17 +1673,19 @@ static void gemv_int8(const dsr1_mm_job *j, int64_t r0, int64_t r1)
 }
 
 /* W8A8, one scale per row, 3-8 tokens (a decode batch of 8, a verify
- * step, and the MoE's busier experts in them). rows_int8_panel's 4x6 tiles cost 8 tokens two
- * passes over each 4-row tile (a 6-token and a 2-token one) and a
- * 16-vector reduction per tile and chunk: compute-bound from DRAM (18432x
- * 7168, n = 8: 34 GB/s where n = 1 streams 74, Zen 5). Here a pair of
- * rows meets every token's x in one pass (16 accumulators, each x vector
- * serving two rows), the 2048-column chunk of 8 tokens' x (16 KiB) stays
- * in L1 across a 16-row panel, each pair's 16 sums come out of one
- * transposing reduction, and the next pair's lines are asked for into L2
- * while this one runs (the pair after the panel's last is the first of
- * the next chunk). Dots are exact integers, so chunk, pair and lane order
- * change nothing: the float steps are rows_int8_panel's, the same bits.
+ * step, and the MoE's busier experts in them). rows_int8_panel's 4x6
+ * tiles cost 8 tokens two passes over each 4-row tile (a 6-token and a
+ * 2-token one) and a 16-vector reduction per tile and chunk:
+ * compute-bound from DRAM (18432x7168, n = 8: 34 GB/s where n = 1 streams
+ * 74, Zen 5). Here a pair of rows meets every token's x in one pass (16
+ * accumulators, each x vector serving two rows), a GM_KC-column chunk of
+ * the tokens' x stays in L1 across a 16-row panel, each pair's sums come
+ * out of one transposing reduction, and the lines of the pair GM_PFD
+ * pairs on are asked for into L2 while this one runs (the distance and
+ * the chunk's width as measured below). Dots are exact
+ * integers, so chunk, pair and lane order change nothing: the float
+ * steps are rows_int8_panel's, the same bits.
+ * (At 2048-column chunks and the next pair prefetched:)
  * Measured (Zen 5, 2 cores): 512x7168 from L3, one thread, n = 8: 26.8 ->
  * 31.4 GB/s; from DRAM (18432x7168, 2 threads, a loaded machine) even;
  * in the model, batch-8 decode steps alternating the two kernels in one
