@@ -6,7 +6,10 @@
  *
  *   - the AVX-512 requantisation (with and without VBMI) gives the scalar
  *     one's bytes and scales, on odd codes (the NaN codes, zero rows, zero,
- *     huge and NaN block scales, a partial last block), and the scalar one
+ *     huge and NaN block scales, a partial last block), on whole blocks 16
+ *     at a time with a partial group after them (7168, 1280 columns; 2048
+ *     none) and after 16 whole ones a half block (2112: the other VBMI
+ *     row), and the scalar one
  *     is what matmul_impl.h says: each code within half a step of
  *     value x block scale / s, each block's largest at +-127;
  *   - dsr1_matmul in the fast INT8 mode equals, bit for bit, this file's
@@ -108,7 +111,7 @@ DSR1_TEST(fp8_rq_avx512_matches_scalar)
     CHECKF(!memcmp(ts, ta, sizeof *ts), "requantisation tables: AVX-512 fill differs from scalar");
     for (int top = 1; top < 128; top++)
         CHECKF(ts->code[top][top] == 127, "table %d: its own code gives %d, want 127", top, ts->code[top][top]);
-    static const int64_t shapes[][2] = {{140, 192}, {9, 7168}, {130, 320}, {130, 1280}, {9, 2048}};
+    static const int64_t shapes[][2] = {{140, 192}, {9, 7168}, {130, 320}, {130, 1280}, {9, 2048}, {9, 2112}};
     for (int si = 0; si < (int)(sizeof shapes / sizeof *shapes); si++) {
         int64_t rows = shapes[si][0], cols = shapes[si][1], ncb = (cols + 127) / 128;
         tmat m = dsr1_test_mat(DSR1_T_FP8_E4M3, rows, cols, 0, 500 + (uint64_t)si);
