@@ -204,7 +204,9 @@ static void fast_matches(dsr1_test_ctx *t, dsr1_pool *pool, const tmat *m, const
 DSR1_TEST(fp8_rq_matmul_is_w8a8_on_requantised)
 {
     const int mn = dsr1_mm_rq_min_n(NULL); /* this machine's start of W8A8 */
-    const int ns[] = {1, 5, mn - 1, mn, 17, 33, 64, 600};
+    /* 17, 24, 33, 40: a last token vector of 1-8 tokens (the 256-bit
+     * tiles) after one or two full ones */
+    const int ns[] = {1, 5, mn - 1, mn, 17, 24, 33, 40, 64, 600};
     static const int64_t shapes[][2] = {{37, 192}, {70, 4160}, {130, 320}, {33, 301}};
     dsr1_pool *pool = NULL;
     dsr1_error err = {0};
@@ -213,7 +215,7 @@ DSR1_TEST(fp8_rq_matmul_is_w8a8_on_requantised)
         int64_t rows = shapes[si][0], cols = shapes[si][1], ldx = cols + 5;
         tmat m = dsr1_test_mat(DSR1_T_FP8_E4M3, rows, cols, 0, 600 + (uint64_t)si);
         float *x = make_x(600, ldx, 610 + (uint64_t)si);
-        for (int ni = 0; ni < 8; ni++)
+        for (int ni = 0; ni < 10; ni++)
             fast_matches(t, pool, &m, x, ldx, ns[ni], ns[ni] >= mn && cols % 64 == 0);
         free(x);
         dsr1_test_mat_free(&m);

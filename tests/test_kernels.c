@@ -715,17 +715,19 @@ static void int8_shapes_match(dsr1_test_ctx *t, const int64_t (*shapes)[2], int 
  * ragged 32-row superblock or panel, a ragged 8-row tile and a half-empty
  * 16-row half (37, 45, 21), one and several 256- and 512-column chunks
  * with a ragged last one (192, 1600, 4160) and columns no multiple of 64
- * (200); n = 5, 7 (the panel), 16 (one token vector), 23 (a partial one),
- * 33 (two vectors then one), 64, 95 (tokens in lanes), 600 (rows in
+ * (200); n = 5, 7 (the panel), 16 (one token vector), 23, 24 (a last
+ * vector of at most 8 tokens: the 256-bit tiles; 7 and 8 of them), 33,
+ * 40 (two full vectors, then 1 or 8 tokens), 64, 95 (tokens in lanes; 15
+ * in the last vector: a 512-bit one), 600 (rows in
  * lanes: two 512-token blocks, a ragged 6-token tile), 1 thread (one task)
  * and 2; every 13th token alone gives its bits in the batch. */
 DSR1_TEST(kernels_int8_w8a8_lanes_matches_portable)
 {
     if (!dsr1_mm_avx512_usable() && !dsr1_mm_avx2_usable())
         DSR1_SKIP("no AVX-512 BF16/VNNI kernels on this CPU: %s", "dsr1_matmul would be the portable kernel compared with itself");
-    static const int ns[] = {5, 7, 16, 23, 33, 64, 95, 600};
+    static const int ns[] = {5, 7, 16, 23, 24, 33, 40, 64, 95, 600};
     static const int64_t shapes[][2] = {{37, 192}, {45, 1600}, {21, 4160}, {40, 200}};
-    int8_shapes_match(t, shapes, 4, ns, 8, 81, "W8A8", 0);
+    int8_shapes_match(t, shapes, 4, ns, 10, 81, "W8A8", 0);
 }
 
 /* W8A8 with one scale per row, 3-8 tokens (gemv_int8_multi: row pairs over

@@ -135,6 +135,18 @@ INLINE __m512i w4_dp(__m512i acc, __m512i w, const int8_t *p)
 #endif
 }
 
+/* w4_dp on 8 lanes (ymm, {1to8}): a token vector's first 8 tokens. On Zen
+ * 4 a 512-bit vpdpbusd is two 256-bit halves, so 8 tokens cost half of 16. */
+INLINE __m256i w4_dp8(__m256i acc, __m256i w, const int8_t *p)
+{
+#if defined(__GNUC__) && !defined(__clang__)
+    __asm__("vpdpbusd %2%{1to8%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const int32_t *)p));
+    return acc;
+#else
+    return _mm256_dpbusd_epi32(acc, w, _mm512_castsi512_si256(w4_x4(p)));
+#endif
+}
+
 /* Scales of rows [r, r + pr) (pr <= 16), groups [g0, g0 + ngr), as floats
  * (the values of dsr1_wmat_scale): out[gi * ld + i] for row r + i, zero
  * for missing rows. */
@@ -929,6 +941,44 @@ static void tile_xl(int tv, int rb, int64_t steps, const int8_t *w, int64_t ldw,
     }
 }
 
+/* A last token vector of at most 8 tokens (n % 16 in 1..8): its 8 lanes
+ * alone, rb (<= 2 XL_RB) rows over steps 4-column steps into the low half
+ * of acc[r * 16] (the upper lanes are no token's and are not stored).
+ * Same exact dots as mk_xl's lanes, at half the cost: with 16 lanes a
+ * 17-token call paid for 32. 16 rows: 16 chains for vpdpbusd's latency at
+ * two 256-bit instructions a cycle. */
+#define XL_RBY (2 * XL_RB)
+INLINE void mk_xl_y(const int rb, int64_t steps, const int8_t *w, int64_t ldw, const uint8_t *xt,
+                    int32_t *acc)
+{
+    __m256i a[XL_RBY];
+#pragma GCC unroll 16
+    for (int r = 0; r < rb; r++) a[r] = _mm256_load_si256((const __m256i *)(acc + r * 16));
+    for (int64_t s = 0; s < steps; s++) {
+        const __m256i xv = _mm256_load_si256((const __m256i *)(xt + s * 64));
+#pragma GCC unroll 16
+        for (int r = 0; r < rb; r++) a[r] = w4_dp8(a[r], xv, w + r * ldw + 4 * s);
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < rb; r++) _mm256_store_si256((__m256i *)(acc + r * 16), a[r]);
+}
+
+static void tile_xl_y(int rb, int64_t steps, const int8_t *w, int64_t ldw, const uint8_t *xt, int32_t *acc)
+{
+#define XLY_C(rb_)                                                                        \
+    case rb_: mk_xl_y(rb_, steps, w, ldw, xt, acc); break;
+    switch (rb) {
+        XLY_C(1) XLY_C(2) XLY_C(3) XLY_C(4) XLY_C(5) XLY_C(6) XLY_C(7) XLY_C(8)
+        XLY_C(9) XLY_C(10) XLY_C(11) XLY_C(12) XLY_C(13) XLY_C(14) XLY_C(15)
+    default: mk_xl_y(XL_RBY, steps, w, ldw, xt, acc); break;
+    }
+#undef XLY_C
+}
+
+/* Whether a block of nb tokens ends in a vector of at most 8 (the ymm
+ * tiles above take it), and the full vectors before it. */
+INLINE int xl_half(int nb) { return nb > 16 && (nb - 1) % 16 < 8; }
+
 /* The exact sums of rows [r, r + pr) of w (columns a multiple of 64). */
 static void xl_row_sums(const dsr1_wmat *w, int64_t r, int pr, int32_t *sum)
 {
@@ -963,10 +1013,11 @@ void dsr1_mm_rows_int8_xl_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1)
         for (int t0 = 0; t0 < j->n; t0 += XL_TB) {
             const int nb = j->n - t0 < XL_TB ? j->n - t0 : XL_TB, nvec = (nb + 15) / 16;
             memset(acc, 0, (size_t)nvec * XL_SR * 16 * sizeof *acc);
+            const int half = xl_half(nb), nfull = nvec - half;
             for (int64_t c0 = 0; c0 < w->cols; c0 += XL_KC) {
                 const int64_t len = w->cols - c0 < XL_KC ? w->cols - c0 : XL_KC;
-                for (int v = 0; v < nvec; v += XL_TV) {
-                    const int tv = nvec - v < XL_TV ? nvec - v : XL_TV;
+                for (int v = 0; v < nfull; v += XL_TV) {
+                    const int tv = nfull - v < XL_TV ? nfull - v : XL_TV;
                     for (int rr = 0; rr < pr; rr += XL_RB) {
                         const int rb = pr - rr < XL_RB ? pr - rr : XL_RB;
                         /* the first token tile brings the next superblock's lines of
@@ -978,6 +1029,12 @@ void dsr1_mm_rows_int8_xl_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1)
                                 acc + (v * XL_SR + rr) * 16, pf, pn - rr < XL_RB ? pn - rr : XL_RB);
                     }
                 }
+                if (half) /* the chunk's rows are in L1 from the full vectors' tiles */
+                    for (int rr = 0; rr < pr; rr += XL_RBY)
+                        tile_xl_y(pr - rr < XL_RBY ? pr - rr : XL_RBY, len / 4,
+                                  (const int8_t *)w->data + (r + rr) * ldw + c0, ldw,
+                                  j->xt + (t0 / 16 + nfull) * ldxt + c0 * 16,
+                                  acc + (nfull * XL_SR + rr) * 16);
             }
             /* y = (dot - 128 sum w) * s_x * s_w, the order of rows_int8_panel; 16
              * rows x 16 tokens transposed so that a token's rows go out as one store */
@@ -1072,6 +1129,52 @@ INLINE void mk_xlg(const int tv, const int rb, int64_t cols, int64_t ng, const i
         for (int r = 0; r < rb; r++) _mm512_store_ps(out + (v * DSR1_MM_RQ_ROWS + r) * 16, f[v][r]);
 }
 
+/* mk_xlg for a last token vector of at most 8 tokens (xl_half): its 8
+ * lanes alone in 256-bit registers, the same operations lane for lane (so
+ * the same bits), at half the cost; out's upper lanes are left alone. */
+INLINE void mk_xlg_y(const int rb, int64_t cols, int64_t ng, const int8_t *w, const float *ws,
+                     const int32_t *wsum, int64_t ldg, const uint8_t *xt, const float *xst, int64_t ldxst,
+                     float *out, const char *pf, int64_t pfn)
+{
+    __m256 f[XLG_RB1];
+    __m256i a[XLG_RB1];
+#pragma GCC unroll 12
+    for (int r = 0; r < rb; r++) f[r] = _mm256_setzero_ps();
+    const int64_t per = (pfn + ng - 1) / ng;
+    for (int64_t g = 0; g < ng; g++) {
+        for (int64_t e = g * per < pfn ? g * per : pfn, k = e; k < e + per && k < pfn; k++)
+            _mm_prefetch(pf + k * 64, _MM_HINT_T1);
+#pragma GCC unroll 12
+        for (int r = 0; r < rb; r++) a[r] = _mm256_set1_epi32(-128 * wsum[r * ldg + g]);
+        const int64_t s1 = ((g + 1) * DSR1_MM_XG < cols ? (g + 1) * DSR1_MM_XG : cols) / 4;
+        for (int64_t s = g * DSR1_MM_XG / 4; s < s1; s++) {
+            const __m256i xv = _mm256_load_si256((const __m256i *)(xt + s * 64));
+#pragma GCC unroll 12
+            for (int r = 0; r < rb; r++) a[r] = w4_dp8(a[r], xv, w + r * cols + 4 * s);
+        }
+        const __m256 xs = _mm256_loadu_ps(xst + g * ldxst);
+#pragma GCC unroll 12
+        for (int r = 0; r < rb; r++)
+            f[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[r]), _mm256_mul_ps(_mm256_set1_ps(ws[r * ldg + g]), xs), f[r]);
+    }
+#pragma GCC unroll 12
+    for (int r = 0; r < rb; r++) _mm256_store_ps(out + r * 16, f[r]);
+}
+
+static void tile_xlg_y(int rb, int64_t cols, int64_t ng, const int8_t *w, const float *ws,
+                       const int32_t *wsum, int64_t ldg, const uint8_t *xt, const float *xst,
+                       int64_t ldxst, float *out, const char *pf, int64_t pfn)
+{
+#define XLGY_C(rb_)                                                                       \
+    case rb_: mk_xlg_y(rb_, cols, ng, w, ws, wsum, ldg, xt, xst, ldxst, out, pf, pfn); break;
+    switch (rb) {
+        XLGY_C(1) XLGY_C(2) XLGY_C(3) XLGY_C(4) XLGY_C(5) XLGY_C(6)
+        XLGY_C(7) XLGY_C(8) XLGY_C(9) XLGY_C(10) XLGY_C(11)
+    default: mk_xlg_y(XLG_RB1, cols, ng, w, ws, wsum, ldg, xt, xst, ldxst, out, pf, pfn); break;
+    }
+#undef XLGY_C
+}
+
 #define XLG_ARGS cols, ng, w, ws, wsum, ldg, xt, ldxt, xst, ldxst, out, pf, pfn
 static void tile_xlg(int tv, int rb, int64_t cols, int64_t ng, const int8_t *w, const float *ws,
                      const int32_t *wsum, int64_t ldg, const uint8_t *xt, int64_t ldxt, const float *xst,
@@ -1110,32 +1213,54 @@ static void xl_store(const float *out, int pr, int nt, float *y, int64_t ldy)
     }
 }
 
+/* The pass at token vector v: two full vectors, one, or (returning 1) the
+ * last one of at most 8 tokens alone in 256-bit tiles; its tile rows. */
+static int xlg_pass(int v, int nfull, int *tv, int *rbmax)
+{
+    if (v >= nfull) {
+        *tv = 1;
+        *rbmax = XLG_RB1;
+        return 1;
+    }
+    *tv = nfull - v >= 2 ? 2 : 1;
+    *rbmax = *tv == 2 ? XLG_RB2 : XLG_RB1;
+    return 0;
+}
+
 void dsr1_mm_rows_int8g_xl_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1)
 {
     const dsr1_wmat *w = j->w;
     const int64_t cols = w->cols, ng = j->ldg, ldxt = j->ldxt;
     _Alignas(64) float out[2 * DSR1_MM_RQ_ROWS * 16]; /* [token vector][row][lane] */
-    const int nvec = (j->n + 15) / 16;
+    const int nvec = (j->n + 15) / 16, half = xl_half(j->n), nfull = nvec - half;
     for (int64_t r = r0; r < r1; r += DSR1_MM_RQ_ROWS) {
         const int pr = (int)(r1 - r < DSR1_MM_RQ_ROWS ? r1 - r : DSR1_MM_RQ_ROWS);
         /* j->pf's lines, shared out over the tiles */
         const int64_t lines = j->pf && r == r0 ? (int64_t)j->pf_rows * cols / 64 : 0;
         int ntile = 0;
-        for (int v = 0; v < nvec; v += 2) ntile += (pr + (nvec - v >= 2 ? XLG_RB2 : XLG_RB1) - 1) / (nvec - v >= 2 ? XLG_RB2 : XLG_RB1);
+        for (int v = 0, tv, rbmax; v < nvec; v += tv) {
+            xlg_pass(v, nfull, &tv, &rbmax);
+            ntile += (pr + rbmax - 1) / rbmax;
+        }
         const int64_t share = (lines + ntile - 1) / ntile;
         int64_t l0 = 0;
-        for (int v = 0; v < nvec; v += 2) {
+        for (int v = 0, tv, rbmax; v < nvec; v += tv) {
             /* the rows in tiles as even as they go (32 = 6+6+5+5+5+5, not
              * 6x5+2: a 2-row tile has too few chains for vpdpbusd's latency) */
-            const int tv = nvec - v >= 2 ? 2 : 1, rbmax = tv == 2 ? XLG_RB2 : XLG_RB1;
+            const int y = xlg_pass(v, nfull, &tv, &rbmax);
             const int nrt = (pr + rbmax - 1) / rbmax;
             for (int i = 0, rr = 0; i < nrt; i++) {
                 const int rb = pr / nrt + (i < pr % nrt);
                 const int64_t pfn = l0 + share < lines ? share : lines > l0 ? lines - l0 : 0;
-                tile_xlg(tv, rb, cols, ng, (const int8_t *)w->data + (r + rr) * cols,
-                         (const float *)w->scale + (r + rr) * ng, j->wsum + (r + rr) * ng, ng,
-                         j->xt + v * ldxt, ldxt, j->xst + 16 * v, j->ldxst, out + rr * 16,
-                         pfn ? j->pf + l0 * 64 : NULL, pfn);
+                const int8_t *wr = (const int8_t *)w->data + (r + rr) * cols;
+                const float *wsr = (const float *)w->scale + (r + rr) * ng;
+                const char *pf = pfn ? j->pf + l0 * 64 : NULL;
+                if (y)
+                    tile_xlg_y(rb, cols, ng, wr, wsr, j->wsum + (r + rr) * ng, ng, j->xt + v * ldxt,
+                               j->xst + 16 * v, j->ldxst, out + rr * 16, pf, pfn);
+                else
+                    tile_xlg(tv, rb, cols, ng, wr, wsr, j->wsum + (r + rr) * ng, ng, j->xt + v * ldxt, ldxt,
+                             j->xst + 16 * v, j->ldxst, out + rr * 16, pf, pfn);
                 l0 += pfn;
                 rr += rb;
             }
