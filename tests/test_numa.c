@@ -6,6 +6,7 @@
  * node team (every node's function runs on that node's CPUs), and the MoE
  * and whole-model logits with 2 virtual nodes bit-identical to one node.
  */
+#include <math.h>
 #include <numa.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -269,9 +270,23 @@ static void moe_once(dsr1_test_ctx *t, int numa, int threads, dsr1_type type, ds
     free(rw), free(g), free(u), free(d), free(x);
 }
 
+/* Whether a[0..n) and b[0..n) are the same bits where not NaN, and NaN in
+ * the same places. The BF16 weights below are any bits, NaN among them,
+ * and which NaN an operation passes on is its operand order's (IEEE 754
+ * leaves it open): clang commutes a product's operands differently in
+ * the kernels' copies, so the side-by-side path's NaN payloads differed
+ * from one thread's (tokens 407-451 of 800, 38 values) while every
+ * finite value matched. The contract is on the values. */
+static int same_values(const float *a, const float *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (isnan(a[i]) ? !isnan(b[i]) : memcmp(a + i, b + i, sizeof *a) != 0) return 0;
+    return 1;
+}
+
 /* Both weight types and both acts at each of the ns[nn] token counts: the
  * MoE on setup a ({numa nodes, threads}) and on setup b gives the same
- * bits, and the path under test (counter `which`: 0 node-by-node runs, 1
+ * bits (NaN payloads aside: same_values), and the path under test (counter `which`: 0 node-by-node runs, 1
  * side-by-side runs, 2 runs of all experts at once) ran once on b and
  * never on a. The thread affinity a virtual split changes is restored. */
 static void moe_same_bits(dsr1_test_ctx *t, const int a[2], const int b[2], const int *ns, int nn,
@@ -294,7 +309,7 @@ static void moe_same_bits(dsr1_test_ctx *t, const int a[2], const int b[2], cons
                        which == 2 ? "all-at-once" : which ? "side-by-side" : "node-by-node",
                        (unsigned long long)run[0][which], a[0], a[1], (unsigned long long)run[1][which],
                        b[0], b[1]);
-                CHECKF(!memcmp(one, two, (size_t)ns[k] * MD * 4), "type %d act %d n=%d: bits differ",
+                CHECKF(same_values(one, two, (size_t)ns[k] * MD), "type %d act %d n=%d: bits differ",
                        (int)types[ti], (int)act, ns[k]);
             }
     sched_setaffinity(0, sizeof saved, &saved);

@@ -24,7 +24,10 @@ static void quant_span(const float *x, int64_t len, int8_t *o, float *scale, int
     for (int64_t c = 0; c < len; c++) {
         float q = nearbyintf(x[c] * inv);
         q = q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q;
-        o[c] = (int8_t)q;
+        /* NaN to 0 by name: converting it is undefined behaviour in C (gcc
+         * on x86 happened to give 0, the vector kernels' bits; clang did
+         * not, and tests/test_kernels_avx2.c's special values caught it) */
+        o[c] = q == q ? (int8_t)q : 0;
         s += o[c];
     }
     *scale = amax / 127.0f;
