@@ -975,8 +975,8 @@ static void tile_xl_y(int rb, int64_t steps, const int8_t *w, int64_t ldw, const
 #undef XLY_C
 }
 
-/* Whether a block of nb tokens ends in a vector of at most 8 (the ymm
- * tiles above take it), and the full vectors before it. */
+/* Whether a block of nb tokens (more than 16) ends in a vector of at most
+ * 8 tokens: the 256-bit tiles take that one, the 512-bit tiles the rest. */
 INLINE int xl_half(int nb) { return nb > 16 && (nb - 1) % 16 < 8; }
 
 /* The exact sums of rows [r, r + pr) of w (columns a multiple of 64). */
