@@ -286,9 +286,9 @@ static int same_values(const float *a, const float *b, size_t n)
 
 /* Both weight types and both acts at each of the ns[nn] token counts: the
  * MoE on setup a ({numa nodes, threads}) and on setup b gives the same
- * bits (NaN payloads aside: same_values), and the path under test (counter `which`: 0 node-by-node runs, 1
- * side-by-side runs, 2 runs of all experts at once) ran once on b and
- * never on a. The thread affinity a virtual split changes is restored. */
+ * bits (NaN payloads aside: same_values), and the path under test
+ * (counter `which`: 0 node-by-node runs, 1 side-by-side runs, 2 runs of
+ * all experts at once) ran once on b and never on a. The thread affinity a virtual split changes is restored. */
 static void moe_same_bits(dsr1_test_ctx *t, const int a[2], const int b[2], const int *ns, int nn,
                           int which)
 {

@@ -1713,6 +1713,8 @@ static void gemv_int8(const dsr1_mm_job *j, int64_t r0, int64_t r1)
 #define GM_PR 16
 #define GM_MIN_N 3 /* fewest tokens: 3-4 of long rows were the generic tiles' */
 #define GM_PFD 48  /* pairs ahead the L2 prefetch asks for: 48 KiB at GM_KC */
+#define GM_PPC (GM_PR / 2) /* pairs a chunk of a panel */
+_Static_assert(GM_PR % 2 == 0 && GM_PFD % GM_PPC == 0, "gemv_int8_multi's prefetch: whole chunks ahead");
 
 /* The 8 lane-sums of v[0..7] in order (int32, exact). */
 INLINE __m256i gm_hsum8(const __m512i v[8])
@@ -1801,15 +1803,16 @@ static void gemv_int8_multi(const dsr1_mm_job *j, int64_t r0, int64_t r1)
         _Alignas(32) int32_t dot[GM_PR][8];
         for (int64_t c0 = 0; c0 < cols; c0 += GM_KC) {
             const int64_t len = cols - c0 < GM_KC ? cols - c0 : GM_KC;
+            /* the pair GM_PFD pairs after each one in the order they are
+             * read (pairs of a chunk, chunks of a panel, panels): GM_PFD
+             * is whole chunks' pairs, so the same pair of the chunk
+             * GM_PFD / GM_PPC chunks on, found once per chunk (past the
+             * task or the matrix: prefetches do not fault) */
+            const int64_t nck = (cols + GM_KC - 1) / GM_KC, ahead = c0 / GM_KC + GM_PFD / GM_PPC;
+            const int8_t *pfc = q + (r + ahead / nck * GM_PR) * cols + ahead % nck * GM_KC;
             for (int a = 0; a < pr; a += 2) {
                 const int rt = pr - a >= 2 ? 2 : 1;
-                /* the pair GM_PFD pairs after this one in the order they
-                 * are read: pairs of a chunk, chunks of a panel, panels
-                 * (past the task or the matrix: prefetches do not fault) */
-                const int64_t nck = (cols + GM_KC - 1) / GM_KC, ppc = (GM_PR + 1) / 2;
-                const int64_t at = c0 / GM_KC * ppc + a / 2 + GM_PFD;
-                const int64_t pan = at / (nck * ppc), ck = at % (nck * ppc) / ppc, pp = at % ppc;
-                const int8_t *pf = q + (r + pan * GM_PR + 2 * pp) * cols + ck * GM_KC;
+                const int8_t *pf = pfc + a * cols;
                 const int8_t *wr = q + (r + a) * cols + c0, *xq = j->xq + c0;
                 switch (rt * 16 + nt) {
                 case 16 + 3: gm_pair2(1, 3, wr, cols, xq, j->ldxq, len, pf, c0 == 0, &dot[a]); break;
