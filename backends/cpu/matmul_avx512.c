@@ -1307,15 +1307,39 @@ static void rows_fp8_bf16(const dsr1_mm_job *j, int64_t r0, int64_t r1)
     }
 }
 
+/* The BF16 weights of the panel chunk after this one (`rows` rows from
+ * r, `len` columns from c0; rows = 0: none), asked into L2 a slice per
+ * token tile while this chunk's tiles run, so that its panel copy finds
+ * them there instead of waiting on DRAM line by line (the copy had been
+ * 4.5-6% of a 512-token BF16 matmul's samples, stalled on its loads).
+ * R1-shape BF16 file, prefill 512, Zen 4, 2 threads, the two builds
+ * alternated in one process: ahead in 7 of 8 rounds, +1 to +6%. */
+typedef struct next_chunk {
+    int64_t r, c0, len;
+    int rows;
+} next_chunk;
+
+static void prefetch_slice(const dsr1_wmat *w, const next_chunk *nc, int t, int tiles)
+{
+    const int64_t lpr = (nc->len * 2 + 63) / 64, lines = lpr * nc->rows;
+    const char *base = (const char *)((const uint16_t *)w->data + nc->r * w->cols + nc->c0);
+    /* asm, not _mm_prefetch: a loop of nothing but prefetch builtins has
+     * no side effects in gcc's eyes, and gcc 12 deletes it whole */
+    for (int64_t l = lines * t / tiles; l < lines * (t + 1) / tiles; l++)
+        __asm__ volatile("prefetcht1 %0" : : "m"(*(base + (l / lpr) * w->cols * 2 + (l % lpr) * 64)));
+}
+
 /* Dequantise rows [r, r+pr) of one chunk into buf (row stride ld
  * elements), then every token tile x row tile from there. */
 static void panel_chunk(const dsr1_mm_job *j, int64_t r, int pr, int64_t c0, int64_t len,
-                        int64_t ld, int bf, float *buf)
+                        int64_t ld, int bf, float *buf, const next_chunk *nc)
 {
     for (int i = 0; i < pr; i++)
         deq_span(j->w, r + i, c0, len, bf ? (void *)((uint16_t *)buf + i * ld) : (void *)(buf + i * ld), bf);
+    const int tiles = (j->n + NR - 1) / NR;
     for (int t0 = 0; t0 < j->n; t0 += NR) {
         int nt = j->n - t0 < NR ? j->n - t0 : NR;
+        if (nc->rows) prefetch_slice(j->w, nc, t0 / NR, tiles);
         for (int i = 0; i < pr; i += MR) {
             int rt = pr - i < MR ? pr - i : MR;
             float out[MR][NR];
@@ -1359,7 +1383,14 @@ static void rows_float(const dsr1_mm_job *j, int64_t r0, int64_t r1, int bf)
                 fused(j->n, bf, j, r, 0, c0, len, out);
                 add_chunk(j, r, 0, MR, j->n, c0, out);
             } else {
-                panel_chunk(j, r, pr, c0, len, ld, bf, pbuf);
+                /* the next chunk: along the row, else the next panel's first */
+                next_chunk nc = {r, c0 + kc, 0, 0};
+                if (nc.c0 >= w->cols) nc = (next_chunk){r + panel, 0, 0, 0};
+                if (bf && w->type == DSR1_T_BF16 && nc.r < r1) {
+                    nc.rows = (int)(r1 - nc.r < panel ? r1 - nc.r : panel);
+                    nc.len = w->cols - nc.c0 < kc ? w->cols - nc.c0 : kc;
+                }
+                panel_chunk(j, r, pr, c0, len, ld, bf, pbuf, &nc);
             }
         }
     }
