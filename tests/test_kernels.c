@@ -515,34 +515,40 @@ DSR1_TEST(kernels_bf16_rows_special_values)
 }
 
 /* BF16 weights holding denormals and signed zeros, x holding denormals and
- * ties, in BF16 mode through the many-token panels (one thread: 64-row
- * panels whole and ragged, 6-token tiles and a ragged one): bit-identical
- * to the portable kernel, and each token the same alone (GEMV path). */
+ * ties, in BF16 mode (one thread; 202 rows: a ragged 2-row tile) through
+ * the register GEMV in groups of up to 6 tokens (5: one group of 5; 13:
+ * 6 + 6 + 1; 24: four of 6, the most it takes) and the many-token panels
+ * (25 and 40: 64-row panels whole and ragged, 6-token tiles and a ragged
+ * one): bit-identical to the portable kernel, and each token the same
+ * alone (the one-token GEMV). */
 DSR1_TEST(kernels_bf16_panels_special_values)
 {
     if (!dsr1_mm_avx512_usable() && !dsr1_mm_avx2_usable())
         DSR1_SKIP("no AVX-512 BF16/VNNI kernels on this CPU: %s", "dsr1_matmul would be the portable kernel compared with itself");
-    int64_t rows = 200, cols = 2100;
-    int n = 13;
+    static const int ns[] = {5, 13, 24, 25, 40};
+    int64_t rows = 202, cols = 2100;
     tmat m = dsr1_test_mat(DSR1_T_BF16, rows, cols, 0, 21);
     uint16_t *wd = m.data;
     for (int64_t i = 0; i < rows * cols; i += 7) wd[i] = (uint16_t)(i % 3 == 0 ? 0x0001 : i % 3 == 1 ? 0x8042 : 0x8000);
-    float *x = make_x(n, cols, 22);
-    for (int64_t i = 0; i < n * cols; i += 5) {
+    float *x = make_x(40, cols, 22);
+    for (int64_t i = 0; i < 40 * cols; i += 5) {
         uint32_t u = i % 2 ? 0x3f808000u : 0x00000123u; /* a tie, a denormal */
         memcpy(&x[i], &u, 4);
     }
-    float *y = malloc((size_t)(n * rows) * 4), *port = malloc((size_t)(n * rows) * 4);
+    float *y = malloc((size_t)(40 * rows) * 4), *port = malloc((size_t)(40 * rows) * 4);
     float *one = malloc((size_t)rows * 4);
     dsr1_pool *pool = NULL;
     dsr1_error err = {0};
     CHECK_OK(dsr1_pool_create(&pool, 1, &err), &err);
-    dsr1_matmul(pool, &m.w, x, cols, y, rows, n, DSR1_ACT_BF16);
-    dsr1_matmul_with(NULL, &m.w, x, cols, port, rows, n, DSR1_ACT_BF16, DSR1_MM_PORTABLE);
-    CHECKF(!memcmp(y, port, (size_t)(n * rows) * 4), "bf16 panels differ from portable");
-    for (int tok = 0; tok < n; tok += 6) {
-        dsr1_matmul(pool, &m.w, x + tok * cols, cols, one, rows, 1, DSR1_ACT_BF16);
-        CHECKF(!memcmp(one, y + tok * rows, (size_t)rows * 4), "token %d alone differs", tok);
+    for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+        int n = ns[ni];
+        dsr1_matmul(pool, &m.w, x, cols, y, rows, n, DSR1_ACT_BF16);
+        dsr1_matmul_with(NULL, &m.w, x, cols, port, rows, n, DSR1_ACT_BF16, DSR1_MM_PORTABLE);
+        CHECKF(!memcmp(y, port, (size_t)(n * rows) * 4), "n=%d: bf16 kernels differ from portable", n);
+        for (int tok = 0; tok < n; tok += 6) {
+            dsr1_matmul(pool, &m.w, x + tok * cols, cols, one, rows, 1, DSR1_ACT_BF16);
+            CHECKF(!memcmp(one, y + tok * rows, (size_t)rows * 4), "n=%d: token %d alone differs", n, tok);
+        }
     }
     dsr1_pool_free(pool);
     free(x);
