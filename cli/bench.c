@@ -298,6 +298,7 @@ static void kernel_line(dsr1_pool *pool, dsr1_dnnl *dn, const bench_mat *m, cons
 {
     double s = time_matmul(pool, dn, m, x, y, n, act, noamx, o->quick ? 0.05 : 0.4);
     const char *name = noamx ? (act == DSR1_ACT_INT8 ? "i8vnni" : "w8vnni")
+                       : act == DSR1_ACT_INT8_FAST && m->w.type == DSR1_T_BF16 ? "bf16l"
                                                  : act_names[dn ? 4 : act];
     if (s < 0) {
         printf("%-5s %-6s %4d  (oneDNN has no fast kernel for this shape)\n",
@@ -306,7 +307,8 @@ static void kernel_line(dsr1_pool *pool, dsr1_dnnl *dn, const bench_mat *m, cons
     }
     double gbs = (double)m->bytes / s / 1e9;
     double gflops = 2.0 * (double)m->w.rows * (double)m->w.cols * n / s / 1e9;
-    double pk = peak[dn ? DSR1_ACT_BF16 : act == DSR1_ACT_INT8_FAST ? DSR1_ACT_INT8 : act];
+    double pk = peak[dn || (act == DSR1_ACT_INT8_FAST && m->w.type == DSR1_T_BF16) ? DSR1_ACT_BF16
+                     : act == DSR1_ACT_INT8_FAST ? DSR1_ACT_INT8 : act];
     printf("%-5s %-6s %4d %10.3f %9.1f %9.1f %7.0f%% %6.0f%%\n", dsr1_type_name(m->w.type), name, n,
            s * 1e3, gbs, gflops, 100.0 * gbs / membw, pk > 0 ? 100.0 * gflops / pk : 0.0);
     fflush(stdout);
@@ -371,6 +373,11 @@ static int bench_kernels(int argc, char **argv)
             for (int i = 0; i < o.n_ns && amx && o.types[ti] == DSR1_T_FP8_E4M3; i++)
                 if (o.ns[i] >= 32)
                     kernel_line(pool, NULL, &m, x, y, o.ns[i], DSR1_ACT_INT8_FAST, &o, membw, peak, vnni);
+            /* BF16 in the fast mode: rows in lanes from DSR1_MM_B16L_MIN_N tokens
+             * ("bf16l"; the bf16 line is the canonical order) */
+            for (int i = 0; i < o.n_ns && o.types[ti] == DSR1_T_BF16; i++)
+                if (o.ns[i] >= 25)
+                    kernel_line(pool, NULL, &m, x, y, o.ns[i], DSR1_ACT_INT8_FAST, &o, membw, peak, au);
             /* the fast mode's prefill GEMM, at the sizes it may take */
             for (int i = 0; i < o.n_ns && dn; i++)
                 if (o.ns[i] >= 16) kernel_line(pool, dn, &m, x, y, o.ns[i], fast, &o, membw, peak, au);

@@ -890,3 +890,86 @@ DSR1_TEST(kernels_int4_w4a8_one_hot)
         free(y);
     }
 }
+
+/* ---- BF16 rows in lanes (the fast mode) ------------------------------------- */
+
+/* The order dsr1_mm_rows_bf16_lanes_avx512 promises: one vdpbf16ps sequence
+ * per row over its column pairs in order (acc += w[odd] x[odd], then
+ * w[even] x[even], each a float32 rounding, denormals flushed), from 0. */
+static float lanes_dp_mul(float a, float b)
+{
+    if (fpclassify(a) == FP_SUBNORMAL) a = copysignf(0.0f, a);
+    if (fpclassify(b) == FP_SUBNORMAL) b = copysignf(0.0f, b);
+    return a * b;
+}
+
+static float lanes_ftz(float a) { return fpclassify(a) == FP_SUBNORMAL ? copysignf(0.0f, a) : a; }
+
+static float lanes_row_dot(const uint16_t *w, const float *x, int64_t cols)
+{
+    float acc = 0.0f;
+    for (int64_t c = 0; c < cols; c += 2) {
+        float wo = dsr1_bf16_to_f32(w[c + 1]), xo = dsr1_bf16_to_f32(dsr1_mm_to_bf16(x[c + 1]));
+        float we = dsr1_bf16_to_f32(w[c]), xe = dsr1_bf16_to_f32(dsr1_mm_to_bf16(x[c]));
+        acc = lanes_ftz(lanes_ftz(acc + lanes_dp_mul(wo, xo)) + lanes_dp_mul(we, xe));
+    }
+    return acc;
+}
+
+/* BF16 weights in the fast mode (DSR1_ACT_INT8_FAST) from
+ * DSR1_MM_B16L_MIN_N tokens: exactly that order on every row and token
+ * (so the same bits for any n, tiling or thread count), for ragged 32-row
+ * blocks (45, 70 rows), several 256-column chunks and a ragged one (2112),
+ * one chunk (96), token blocks of 512 and a ragged 6-token tile (25, 40,
+ * 600), weights holding denormals and signed zeros, 1 and 2 threads;
+ * fewer tokens keep the canonical order (the deterministic mode's bits);
+ * the deterministic mode (DSR1_ACT_INT8) never takes it. */
+DSR1_TEST(kernels_bf16_lanes_fast_order)
+{
+    if (!dsr1_mm_avx512_usable())
+        DSR1_SKIP("no AVX-512 BF16/VNNI kernels on this CPU: %s", "the fast mode keeps the canonical kernels");
+    static const int64_t shapes[][2] = {{45, 2112}, {70, 96}, {33, 4096}};
+    static const int ns[] = {24, 25, 40, 600};
+    for (int th = 1; th <= 2; th++) {
+        dsr1_pool *pool = NULL;
+        dsr1_error err = {0};
+        CHECK_OK(dsr1_pool_create(&pool, th, &err), &err);
+        for (int si = 0; si < 3; si++) {
+            int64_t rows = shapes[si][0], cols = shapes[si][1], ldx = cols + 3;
+            tmat m = dsr1_test_mat(DSR1_T_BF16, rows, cols, 0, 90 + (uint64_t)si);
+            uint16_t *wd = m.data;
+            for (int64_t i = 0; i < rows * cols; i += 11) wd[i] = (uint16_t)(i % 2 ? 0x0003 : 0x8000);
+            float *x = make_x(600, ldx, 91 + (uint64_t)si);
+            float *y = malloc((size_t)600 * (size_t)rows * 4), *canon = malloc((size_t)600 * (size_t)rows * 4);
+            for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+                int n = ns[ni], bad = 0;
+                dsr1_matmul(pool, &m.w, x, ldx, y, rows, n, DSR1_ACT_INT8_FAST);
+                if (n < DSR1_MM_B16L_MIN_N) {
+                    dsr1_matmul(pool, &m.w, x, ldx, canon, rows, n, DSR1_ACT_BF16);
+                    CHECKF(!memcmp(y, canon, (size_t)n * (size_t)rows * 4),
+                           "%lldx%lld n=%d: the fast mode left the canonical order below %d tokens",
+                           (long long)rows, (long long)cols, n, DSR1_MM_B16L_MIN_N);
+                    continue;
+                }
+                for (int tok = 0; tok < n; tok++)
+                    for (int64_t r = 0; r < rows; r++) {
+                        float want = lanes_row_dot(wd + r * cols, x + tok * ldx, cols), got = y[tok * rows + r];
+                        bad += memcmp(&want, &got, 4) != 0 && !(isnan(want) && isnan(got));
+                    }
+                CHECKF(bad == 0, "%d threads, %lldx%lld n=%d: %d of %lld outputs are not the rows-in-lanes order",
+                       th, (long long)rows, (long long)cols, n, bad, (long long)n * rows);
+                /* the deterministic mode's W8A8 request stays canonical on BF16 */
+                dsr1_matmul(pool, &m.w, x, ldx, y, rows, n, DSR1_ACT_INT8);
+                dsr1_matmul_with(NULL, &m.w, x, ldx, canon, rows, n, DSR1_ACT_BF16, DSR1_MM_PORTABLE);
+                CHECKF(!memcmp(y, canon, (size_t)n * (size_t)rows * 4),
+                       "%lldx%lld n=%d: DSR1_ACT_INT8 on BF16 weights left the canonical order",
+                       (long long)rows, (long long)cols, n);
+            }
+            free(x);
+            free(y);
+            free(canon);
+            dsr1_test_mat_free(&m);
+        }
+        dsr1_pool_free(pool);
+    }
+}

@@ -450,6 +450,7 @@ static int64_t task_rows(const dsr1_mm_job *j, int nth)
     int fp8 = j->w->type == DSR1_T_FP8_E4M3 && j->act == DSR1_ACT_BF16;
     if (fp8 && g % 16 == 0 && rows >= 2 * nth * g) unit = g;
     if (j->rq) unit = DSR1_MM_RQ_ROWS;
+    if (j->b16l) unit = 32; /* its row blocks */
     return (per + unit - 1) / unit * unit;
 }
 
@@ -480,6 +481,11 @@ static void call_setup(mm_call *c, dsr1_pool *p, const dsr1_wmat *w, const dsr1_
      * caller asks for another), else AVX2 where the CPU has it. */
     c->avx = k == DSR1_MM_PORTABLE || k == DSR1_MM_AVX2 ? 0 : p ? dsr1_pool_avx512(p) : dsr1_mm_avx512_usable();
     c->avx2 = !c->avx && k != DSR1_MM_PORTABLE && dsr1_mm_avx2_usable();
+    /* BF16 weights in the fast mode: rows in lanes, whose order is not
+     * the canonical one (matmul_lanes_avx512.c; its panel is on the stack) */
+    j.b16l = c->avx && act == DSR1_ACT_INT8_FAST && ea == DSR1_ACT_BF16 && w->type == DSR1_T_BF16 &&
+             n >= DSR1_MM_B16L_MIN_N && w->cols % 32 == 0;
+    if (j.b16l) j.ldxb += 32; /* x rows off 4 KiB strides: a tile's 6 rows in 6 L1 sets */
     /* FP8 in BF16 mode: x' of a scale block, all columns for up to
      * DSR1_MM_FP8_GV tokens (GEMV), else one chunk for a block of tokens;
      * the AVX2 kernel's x' is float32, 4 tokens at a time. */
@@ -489,7 +495,7 @@ static void call_setup(mm_call *c, dsr1_pool *p, const dsr1_wmat *w, const dsr1_
         j.task_bytes = n <= DSR1_MM_FP8_GV ? (size_t)n * (size_t)j.ldxb * 2
                               : (size_t)(n < DSR1_MM_FP8_TB ? n : DSR1_MM_FP8_TB) * DSR1_MM_FP8_LDP * 2 +
                                     DSR1_MM_BIG_BYTES;
-    else if (j.act == DSR1_ACT_BF16 && n > 4)
+    else if (j.act == DSR1_ACT_BF16 && n > 4 && !j.b16l)
         j.task_bytes = DSR1_MM_BIG_BYTES; /* the big weight panel */
     else if (j.act == DSR1_ACT_INT8 && w->type == DSR1_T_INT4 && c->avx2 && n > 4 && w->group % 32 == 0)
         j.task_bytes = 16 * ((size_t)w->cols + (size_t)(w->cols / w->group) * sizeof(float)); /* 16 rows' codes */

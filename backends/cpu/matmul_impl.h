@@ -106,7 +106,15 @@ typedef struct dsr1_mm_job {
                                 DSR1_MM_AVX512_NOAMX) */
     int hwpf;                /* the INT8 and INT4 row GEMVs without software prefetch
                                 (dsr1_pool_hwpf) */
+    int b16l;                /* BF16 weights in the fast mode, AVX-512: rows in lanes
+                                (dsr1_mm_rows_bf16_lanes_avx512), not the canonical
+                                order */
 } dsr1_mm_job;
+
+/* Fewest tokens BF16 weights take the rows-in-lanes kernel from in the
+ * fast mode (DSR1_ACT_INT8_FAST); fewer go through the register GEMV
+ * (matmul_avx512.c's FUSED_BF_N), in the canonical order. */
+#define DSR1_MM_B16L_MIN_N 25
 
 /* Fewest tokens W8A8 takes AMX from (the tiles hold 32 tokens; the rest
  * of a call's tokens go to the VNNI kernels). */
@@ -194,6 +202,7 @@ void dsr1_mm_rows_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1);
  * beside AMX) or tokens in lanes (16 to 95 tokens). */
 void dsr1_mm_rows_w4a8_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1);
 void dsr1_mm_rows_int8_lanes_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1);
+void dsr1_mm_rows_bf16_lanes_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1);
 /* W8A8 with one scale per row, tokens in lanes (j->xt set; columns a
  * multiple of 64), the same bits. */
 void dsr1_mm_rows_int8_xl_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1);

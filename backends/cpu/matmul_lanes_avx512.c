@@ -1643,3 +1643,137 @@ void dsr1_transpose_u16_avx512(const uint16_t *src, int64_t lds, int rows, int c
 {
     transpose_es(2, (const char *)src, lds, rows, cols, (char *)dst, ldd);
 }
+
+/* ---- BF16 with rows in lanes (the fast mode) ------------------------------------ */
+
+/* BF16 weights, many tokens, in the fast mode: the layout of W8A8's rows
+ * in lanes with a bf16 pair where INT8 has 4 bytes. A 32-row x B16L_KC-
+ * column chunk is transposed once per token block into a panel where a
+ * vector holds columns 2s, 2s + 1 of 16 rows; a tile of up to 6 tokens x
+ * 32 rows then adds 2 columns of 16 rows per vdpbf16ps with the token's
+ * pair of x read by the instruction itself ({1to16}), into float
+ * accumulators that are each 16 rows' dots and stay in memory between
+ * chunks. So each row's dot is one sequence of vdpbf16ps steps over its
+ * columns in order (for any n, tiling or thread count), with no
+ * horizontal sums; the canonical order (matmul_impl.h) instead sums 16
+ * lanes per 2048-column chunk by a fixed tree, which cost the 4x6-tile
+ * kernel ~6% of a 512-token matmul in reductions and its panel copy
+ * another 3-6%. Not the canonical order, so only in the fast mode
+ * (matmul.c: BF16 weights with DSR1_ACT_INT8_FAST, from DSR1_MM_B16L_MIN_N
+ * tokens, columns a multiple of 32). vdpbf16ps flushes denormal inputs and
+ * quiets NaNs itself, which the canonical kernels' copy did by hand. */
+#define B16L_NT 6
+#define B16L_TB 512
+#define B16L_KC 256 /* bf16 columns: 32 rows x 512 bytes, 16 KB */
+
+/* Rows [r, r + pr) (rv halves of 16), columns [c0, c0 + len) (len a
+ * multiple of 32): step s (columns c0 + 2s, 2s + 1) of half h at
+ * p + (s * rv + h) * 64, lane i = row r + 16h + i; missing rows zero. */
+static void b16l_panel(const dsr1_wmat *w, int64_t r, int pr, int rv, int64_t c0, int64_t len,
+                       uint8_t *p)
+{
+    const uint16_t *q = (const uint16_t *)w->data + r * w->cols + c0;
+    /* the next panel's lines into L2, as dsr1_mm_i8l_panel does */
+    const uint16_t *nx = c0 + len < w->cols ? q + len : q - c0 + 32 * w->cols;
+    for (int h = 0; h < rv; h++) {
+        const int ph = pr - 16 * h < 16 ? pr - 16 * h : 16;
+        for (int64_t k0 = 0; k0 < len; k0 += 32) {
+            __m512i v[16];
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++) {
+                _mm_prefetch((const char *)(nx + (16 * h + i) * w->cols + k0), _MM_HINT_T1);
+                v[i] = i < ph ? _mm512_loadu_si512(q + (16 * h + i) * w->cols + k0) : _mm512_setzero_si512();
+            }
+            tr16(v);
+            uint8_t *o = p + (k0 / 2 * rv + h) * 64;
+#pragma GCC unroll 16
+            for (int k = 0; k < 16; k++) _mm512_store_si512(o + k * rv * 64, v[k]);
+        }
+    }
+}
+
+/* acc + vdpbf16ps(w, the pair at p in every lane), broadcast by the
+ * instruction (w4_dp's asm, for gcc's accumulator copies). */
+INLINE __m512 b16_dp(__m512 acc, __m512i w, const uint16_t *p)
+{
+#if defined(__GNUC__) && !defined(__clang__)
+    __asm__("vdpbf16ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const int32_t *)p));
+    return acc;
+#else
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_dpbf16_ps(acc, (__m512bh)w, (__m512bh)_mm512_set1_epi32(v));
+#endif
+}
+
+INLINE void mk_b16l(const int rv, const int nt, int64_t steps, const uint8_t *p, const uint16_t *xb,
+                    int64_t ldx, float *facc)
+{
+    __m512 acc[2][B16L_NT];
+#pragma GCC unroll 2
+    for (int h = 0; h < rv; h++)
+#pragma GCC unroll 6
+        for (int b = 0; b < nt; b++) acc[h][b] = _mm512_load_ps(facc + b * 32 + h * 16);
+    for (int64_t s = 0; s < steps; s++) {
+#pragma GCC unroll 2
+        for (int h = 0; h < rv; h++) {
+            const __m512i wv = _mm512_load_si512(p + (s * rv + h) * 64);
+#pragma GCC unroll 6
+            for (int b = 0; b < nt; b++) acc[h][b] = b16_dp(acc[h][b], wv, xb + b * ldx + 2 * s);
+        }
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < rv; h++)
+#pragma GCC unroll 6
+        for (int b = 0; b < nt; b++) _mm512_store_ps(facc + b * 32 + h * 16, acc[h][b]);
+}
+
+#define B16L_NTS(rv_)                                                                     \
+    switch (nt) {                                                                         \
+    case 1: mk_b16l(rv_, 1, steps, p, xb, ldx, facc); break;                              \
+    case 2: mk_b16l(rv_, 2, steps, p, xb, ldx, facc); break;                              \
+    case 3: mk_b16l(rv_, 3, steps, p, xb, ldx, facc); break;                              \
+    case 4: mk_b16l(rv_, 4, steps, p, xb, ldx, facc); break;                              \
+    case 5: mk_b16l(rv_, 5, steps, p, xb, ldx, facc); break;                              \
+    default: mk_b16l(rv_, 6, steps, p, xb, ldx, facc); break;                             \
+    }
+
+static void tile_b16l(int rv, int nt, int64_t steps, const uint8_t *p, const uint16_t *xb,
+                      int64_t ldx, float *facc)
+{
+    if (rv == 2) {
+        B16L_NTS(2)
+    } else {
+        B16L_NTS(1)
+    }
+}
+
+void dsr1_mm_rows_bf16_lanes_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1)
+{
+    const dsr1_wmat *w = j->w;
+    _Alignas(64) uint8_t panel[32 * B16L_KC * 2]; /* the chunk's panel, 16 KB */
+    _Alignas(64) float facc[B16L_TB * 32];        /* [token of the block][row], 64 KB */
+    for (int64_t r = r0; r < r1; r += 32) {
+        const int pr = (int)(r1 - r < 32 ? r1 - r : 32), rv = pr > 16 ? 2 : 1;
+        for (int t0 = 0; t0 < j->n; t0 += B16L_TB) {
+            const int nb = j->n - t0 < B16L_TB ? j->n - t0 : B16L_TB;
+            memset(facc, 0, (size_t)nb * 32 * sizeof *facc);
+            for (int64_t c0 = 0; c0 < w->cols; c0 += B16L_KC) {
+                const int64_t len = w->cols - c0 < B16L_KC ? w->cols - c0 : B16L_KC;
+                b16l_panel(w, r, pr, rv, c0, len, panel);
+                for (int b0 = 0; b0 < nb; b0 += B16L_NT) {
+                    const int nt = nb - b0 < B16L_NT ? nb - b0 : B16L_NT;
+                    tile_b16l(rv, nt, len / 2, panel, j->xb + (t0 + b0) * j->ldxb + c0, j->ldxb,
+                              facc + b0 * 32);
+                }
+            }
+            for (int b = 0; b < nb; b++)
+                for (int h = 0; h < rv; h++) {
+                    const int ph = pr - 16 * h < 16 ? pr - 16 * h : 16;
+                    const __mmask16 m = ph >= 16 ? 0xffff : (__mmask16)((1u << ph) - 1);
+                    _mm512_mask_storeu_ps(j->y + (t0 + b) * j->ldy + r + 16 * h, m,
+                                          _mm512_load_ps(facc + b * 32 + h * 16));
+                }
+        }
+    }
+}
