@@ -633,24 +633,29 @@ void dsr1_mm_rows_w4a8_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1)
  * (len a multiple of 64) into the panel: step s (columns c0 + 4s .. 4s+3)
  * of half h at p + (s * rv + h) * 64, lane i = row r + 16h + i, bytes
  * w + 128; missing rows are zero (their lanes are not stored). */
-void dsr1_mm_i8l_panel(const dsr1_wmat *w, int64_t r, int pr, int rv, int64_t c0, int64_t len,
-                       uint8_t *p)
+/* The transpose both lanes panels share (bytes: W8A8's 4 columns or
+ * BF16's 2 per 32-bit lane): rows [r, r + pr) (rv halves of 16) of a
+ * matrix with rows of ld bytes, bytes [b0, b0 + len) of each (len a
+ * multiple of 64) into p, step s (bytes b0 + 4s .. 4s + 3) of half h at
+ * p + (s * rv + h) * 64, lane i = row r + 16h + i, each byte xor flip;
+ * missing rows zero. The lines the next panel reads in this place (the
+ * next chunk of these rows, after the last one the first chunk of the
+ * next 32 rows) go into L2: 32 rows are 32 streams of 512 bytes, more
+ * than the hardware prefetcher follows (past the matrix: prefetches do
+ * not fault). */
+INLINE void lanes_panel(const uint8_t *data, int64_t ld, int64_t r, int pr, int rv, int64_t b0,
+                        int64_t len, __m512i flip, uint8_t *p)
 {
-    const __m512i flip = _mm512_set1_epi8((char)0x80);
-    const int8_t *q = (const int8_t *)w->data + r * w->cols + c0;
-    /* the line the next panel reads in this place (the next chunk of these
-     * rows, after the last one the first chunk of the next 32 rows) into
-     * L2: 32 rows are 32 streams of 512 bytes, more than the hardware
-     * prefetcher follows (past the matrix: prefetches do not fault) */
-    const int8_t *nx = c0 + len < w->cols ? q + len : q - c0 + 32 * w->cols;
+    const uint8_t *q = data + r * ld + b0;
+    const uint8_t *nx = b0 + len < ld ? q + len : q - b0 + 32 * ld;
     for (int h = 0; h < rv; h++) {
         const int ph = pr - 16 * h < 16 ? pr - 16 * h : 16;
         for (int64_t k0 = 0; k0 < len; k0 += 64) {
             __m512i v[16];
 #pragma GCC unroll 16
             for (int i = 0; i < 16; i++) {
-                _mm_prefetch((const char *)(nx + (16 * h + i) * w->cols + k0), _MM_HINT_T1);
-                v[i] = i < ph ? _mm512_xor_si512(_mm512_loadu_si512(q + (16 * h + i) * w->cols + k0), flip)
+                _mm_prefetch((const char *)(nx + (16 * h + i) * ld + k0), _MM_HINT_T1);
+                v[i] = i < ph ? _mm512_xor_si512(_mm512_loadu_si512(q + (16 * h + i) * ld + k0), flip)
                               : _mm512_setzero_si512();
             }
             tr16(v);
@@ -659,6 +664,12 @@ void dsr1_mm_i8l_panel(const dsr1_wmat *w, int64_t r, int pr, int rv, int64_t c0
             for (int k = 0; k < 16; k++) _mm512_store_si512(o + k * rv * 64, v[k]);
         }
     }
+}
+
+void dsr1_mm_i8l_panel(const dsr1_wmat *w, int64_t r, int pr, int rv, int64_t c0, int64_t len,
+                       uint8_t *p)
+{
+    lanes_panel(w->data, w->cols, r, pr, rv, c0, len, _mm512_set1_epi8((char)0x80), p);
 }
 
 /* A tile: rv x 16 rows of the panel x nt tokens over steps 4-column steps;
@@ -1672,24 +1683,7 @@ void dsr1_transpose_u16_avx512(const uint16_t *src, int64_t lds, int rows, int c
 static void b16l_panel(const dsr1_wmat *w, int64_t r, int pr, int rv, int64_t c0, int64_t len,
                        uint8_t *p)
 {
-    const uint16_t *q = (const uint16_t *)w->data + r * w->cols + c0;
-    /* the next panel's lines into L2, as dsr1_mm_i8l_panel does */
-    const uint16_t *nx = c0 + len < w->cols ? q + len : q - c0 + 32 * w->cols;
-    for (int h = 0; h < rv; h++) {
-        const int ph = pr - 16 * h < 16 ? pr - 16 * h : 16;
-        for (int64_t k0 = 0; k0 < len; k0 += 32) {
-            __m512i v[16];
-#pragma GCC unroll 16
-            for (int i = 0; i < 16; i++) {
-                _mm_prefetch((const char *)(nx + (16 * h + i) * w->cols + k0), _MM_HINT_T1);
-                v[i] = i < ph ? _mm512_loadu_si512(q + (16 * h + i) * w->cols + k0) : _mm512_setzero_si512();
-            }
-            tr16(v);
-            uint8_t *o = p + (k0 / 2 * rv + h) * 64;
-#pragma GCC unroll 16
-            for (int k = 0; k < 16; k++) _mm512_store_si512(o + k * rv * 64, v[k]);
-        }
-    }
+    lanes_panel(w->data, w->cols * 2, r, pr, rv, c0 * 2, len * 2, _mm512_setzero_si512(), p);
 }
 
 /* acc + vdpbf16ps(w, the pair at p in every lane), broadcast by the
