@@ -374,9 +374,9 @@ static int bench_kernels(int argc, char **argv)
                 if (o.ns[i] >= 32)
                     kernel_line(pool, NULL, &m, x, y, o.ns[i], DSR1_ACT_INT8_FAST, &o, membw, peak, vnni);
             /* BF16 in the fast mode: rows in lanes from DSR1_MM_B16L_MIN_N tokens
-             * ("bf16l"; the bf16 line is the canonical order) */
-            for (int i = 0; i < o.n_ns && o.types[ti] == DSR1_T_BF16; i++)
-                if (o.ns[i] >= 25)
+             * on AVX-512 ("bf16l"; the bf16 line is the canonical order) */
+            for (int i = 0; i < o.n_ns && o.types[ti] == DSR1_T_BF16 && hw.kernels_avx512; i++)
+                if (o.ns[i] >= DSR1_MM_B16L_MIN_N)
                     kernel_line(pool, NULL, &m, x, y, o.ns[i], DSR1_ACT_INT8_FAST, &o, membw, peak, au);
             /* the fast mode's prefill GEMM, at the sizes it may take */
             for (int i = 0; i < o.n_ns && dn; i++)

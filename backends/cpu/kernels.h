@@ -78,9 +78,15 @@ void dsr1_touch(void *mem, size_t bytes);
  * tokens or more are requantised on the fly to INT8 with a scale per row
  * and 128-column block (dsr1_mm_fp8_requant_row, matmul_impl.h) and run
  * W8A8 with x quantised per token and 128 columns: DeepSeek's own FP8
- * granularity, in int8 instead of e4m3. A token's result then depends on
+ * granularity, in int8 instead of e4m3. Also BF16 weights with
+ * DSR1_MM_B16L_MIN_N tokens or more run on AVX-512 with rows in lanes,
+ * each row's dot in column order instead of the canonical chunks
+ * (dsr1_mm_rows_bf16_lanes_avx512). A token's result then depends on
  * how many tokens share the call, which only the fast mode allows. */
 #define DSR1_ACT_INT8_FAST ((dsr1_act)3)
+/* From here BF16 weights leave the canonical order in the fast mode;
+ * fewer go through the register GEMV (matmul_avx512.c's FUSED_BF_N). */
+#define DSR1_MM_B16L_MIN_N 25
 /* Below this the requantisation is not paid back. From 9: below, up to 8
  * tokens, the bf16 GEMV (fp8_gemv: every weight read once per 4 tokens,
  * no requantisation) is faster; from 9 tokens the bf16 path goes through

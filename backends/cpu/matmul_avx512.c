@@ -742,9 +742,15 @@ INLINE void mk_fused(const int type, const int nt, const int bf, const dsr1_mm_j
     case 2: mk_fused(type, 2, bf, j, r, t0, c0, len, out); break;                       \
     case 3: mk_fused(type, 3, bf, j, r, t0, c0, len, out); break;                       \
     case 4: mk_fused(type, 4, bf, j, r, t0, c0, len, out); break;                       \
-    case 5: if (bf) { mk_fused(type, 5, bf, j, r, t0, c0, len, out); break; }           \
-    /* fall through */                                                                  \
-    default: if (bf) mk_fused(type, 6, bf, j, r, t0, c0, len, out); break;              \
+    /* 5 and 6: BF16 mode only (f32 mode never gets more than 4, rows_float) */ \
+    case 5:                                                                             \
+        if (bf) mk_fused(type, 5, bf, j, r, t0, c0, len, out);                          \
+        else DSR1_ASSERT(!"fused f32 tile of 5 tokens");                                \
+        break;                                                                          \
+    default:                                                                            \
+        if (bf && nt == 6) mk_fused(type, 6, bf, j, r, t0, c0, len, out);               \
+        else DSR1_ASSERT(!"fused tile of more than 6 tokens, or f32 of more than 4");   \
+        break;                                                                          \
     }
 
 #define FUSED_TYPE(name, type)                                                          \

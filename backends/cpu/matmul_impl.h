@@ -111,11 +111,6 @@ typedef struct dsr1_mm_job {
                                 order */
 } dsr1_mm_job;
 
-/* Fewest tokens BF16 weights take the rows-in-lanes kernel from in the
- * fast mode (DSR1_ACT_INT8_FAST); fewer go through the register GEMV
- * (matmul_avx512.c's FUSED_BF_N), in the canonical order. */
-#define DSR1_MM_B16L_MIN_N 25
-
 /* Fewest tokens W8A8 takes AMX from (the tiles hold 32 tokens; the rest
  * of a call's tokens go to the VNNI kernels). */
 #define DSR1_MM_AMX_MIN_N 32

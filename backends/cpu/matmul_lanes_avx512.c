@@ -629,10 +629,6 @@ void dsr1_mm_rows_w4a8_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1)
 #define I8L_TB 512
 #define I8L_KC 512
 
-/* Rows [r, r + pr) (pr <= 32, rv halves of 16), columns [c0, c0 + len)
- * (len a multiple of 64) into the panel: step s (columns c0 + 4s .. 4s+3)
- * of half h at p + (s * rv + h) * 64, lane i = row r + 16h + i, bytes
- * w + 128; missing rows are zero (their lanes are not stored). */
 /* The transpose both lanes panels share (bytes: W8A8's 4 columns or
  * BF16's 2 per 32-bit lane): rows [r, r + pr) (rv halves of 16) of a
  * matrix with rows of ld bytes, bytes [b0, b0 + len) of each (len a
@@ -666,6 +662,10 @@ INLINE void lanes_panel(const uint8_t *data, int64_t ld, int64_t r, int pr, int 
     }
 }
 
+/* Rows [r, r + pr) (pr <= 32, rv halves of 16), columns [c0, c0 + len)
+ * (len a multiple of 64) into the panel: step s (columns c0 + 4s .. 4s+3)
+ * of half h at p + (s * rv + h) * 64, lane i = row r + 16h + i, bytes
+ * w + 128; missing rows are zero (their lanes are not stored). */
 void dsr1_mm_i8l_panel(const dsr1_wmat *w, int64_t r, int pr, int rv, int64_t c0, int64_t len,
                        uint8_t *p)
 {
@@ -1700,6 +1700,8 @@ INLINE __m512 b16_dp(__m512 acc, __m512i w, const uint16_t *p)
 #endif
 }
 
+/* mk_i8l's tile with float accumulators and vdpbf16ps (the same loop: one
+ * panel vector per half, x's 4 bytes broadcast by the instruction). */
 INLINE void mk_b16l(const int rv, const int nt, int64_t steps, const uint8_t *p, const uint16_t *xb,
                     int64_t ldx, float *facc)
 {
