@@ -118,19 +118,37 @@ void dsr1_fwd_threads(dsr1_fwd *f, int threads) { f->m->be->ws_threads(f->ws, th
 
 /* ---- layers ---------------------------------------------------------------- */
 
-/* One decoder block over f->x (n tokens): attention and FFN with residuals. */
-static void block(dsr1_fwd *f, int layer, const dsr1_fwd_batch *b)
+/* One decoder block over f->x (n tokens): attention and FFN with residuals.
+ * The last block of a forward (`last`: the main model's last layer, or the
+ * MTP layer) runs its FFN on the output rows only, gathered in order into
+ * f->rows, and returns 1 (outputs() then finds them there): nothing reads
+ * the other rows' final states, and their keys and values are in the
+ * cache already (the attention wrote them). A row's FFN does not depend on
+ * the others in the batch (backend.h), so the output rows keep their bits
+ * in the deterministic mode. A prefill chunk that is not a prompt's last
+ * has no output rows and skips the layer's FFN whole; llama.cpp and
+ * ik_llama.cpp skip it the same way. Not with routes recorded (every
+ * row's experts are wanted). */
+static int block(dsr1_fwd *f, int layer, const dsr1_fwd_batch *b, int last)
 {
     const dsr1_model *m = f->m;
     const dsr1_backend_ops *be = m->be;
     const dsr1_config *c = &m->cfg;
     const dsr1_layer_weights *L = &m->layers[layer];
-    int D = c->hidden_size, n = b->n;
+    int D = c->hidden_size, n = b->n, compact = last && b->n_out < n && !f->routes;
     dsr1_view x = dsr1_fwd_view(f->x, D), xn = dsr1_fwd_view(f->xn, D);
     dsr1_view tmp = dsr1_fwd_view(f->tmp, D);
     be->rmsnorm(f->ws, x, L->attn_norm.h, D, c->rms_norm_eps, n, xn);
     dsr1_attention_forward(f, L, layer, b, xn, tmp);
     be->add(f->ws, x, tmp, n, D);
+    if (compact) {
+        n = b->n_out;
+        if (!n) return 1;
+        dsr1_view rows = dsr1_fwd_view(f->rows, D);
+        be->gather(f->ws, x, b->out_rows, n, D, rows);
+        x = rows;
+    }
+    if (last) f->last_ffn_rows += (uint64_t)n;
     be->rmsnorm(f->ws, x, L->ffn_norm.h, D, c->rms_norm_eps, n, xn);
     if (L->is_moe) {
         be->moe(f->ws, &L->moe, &m->moe, xn, n, tmp, f->act);
@@ -140,6 +158,7 @@ static void block(dsr1_fwd *f, int layer, const dsr1_fwd_batch *b)
     } else
         be->ffn(f->ws, L->gate.h, L->up.h, L->down.h, xn, n, tmp, f->act);
     be->add(f->ws, x, tmp, n, D);
+    return compact;
 }
 
 static int check_batch(const dsr1_fwd *f, const dsr1_fwd_batch *b, dsr1_error *err)
@@ -178,16 +197,17 @@ static void head_rows(dsr1_fwd *f, const dsr1_mw *head, int n, float *logits)
     }
 }
 
-/* Gather the wanted rows of f->x, normalise with w, then head and outputs. */
-static void outputs(dsr1_fwd *f, const dsr1_fwd_batch *b, const dsr1_mw *w, const dsr1_mw *head,
-                    float *logits, float *hidden)
+/* The wanted rows of f->x (or, `compact`, f->rows as the last block left
+ * them), normalised with w, then head and outputs. */
+static void outputs(dsr1_fwd *f, const dsr1_fwd_batch *b, int compact, const dsr1_mw *w,
+                    const dsr1_mw *head, float *logits, float *hidden)
 {
     const dsr1_model *m = f->m;
     const dsr1_config *c = &m->cfg;
     int D = c->hidden_size;
     if (!b->n_out) return;
     dsr1_view rows = dsr1_fwd_view(f->rows, D);
-    m->be->gather(f->ws, dsr1_fwd_view(f->x, D), b->out_rows, b->n_out, D, rows);
+    if (!compact) m->be->gather(f->ws, dsr1_fwd_view(f->x, D), b->out_rows, b->n_out, D, rows);
     m->be->rmsnorm(f->ws, rows, w->h, D, c->rms_norm_eps, b->n_out, rows);
     if (hidden) m->be->read(f->ws, rows, b->n_out, D, hidden, D);
     if (logits) head_rows(f, head, b->n_out, logits);
@@ -209,8 +229,9 @@ int dsr1_forward(dsr1_fwd *f, const dsr1_fwd_batch *b, float *logits, float *hid
     const dsr1_model *m = f->m;
     DSR1_TRY(begin(f, b, err));
     m->be->embed(f->ws, m->embed.h, dsr1_fwd_view(f->x, m->cfg.hidden_size));
-    for (int l = 0; l < m->cfg.num_hidden_layers; l++) block(f, l, b);
-    outputs(f, b, &m->norm, &m->lm_head, logits, hidden);
+    int nl = m->cfg.num_hidden_layers, compact = 0;
+    for (int l = 0; l < nl; l++) compact = block(f, l, b, l == nl - 1);
+    outputs(f, b, compact, &m->norm, &m->lm_head, logits, hidden);
     return m->be->step_end(f->ws, err);
 }
 
@@ -252,8 +273,8 @@ int dsr1_forward_mtp(dsr1_fwd *f, const dsr1_fwd_batch *b, const float *h, int64
     be->write(f->ws, h, ldh, n, D, tmp);
     be->rmsnorm(f->ws, tmp, L->hnorm.h, D, c->rms_norm_eps, n, dsr1_view_at(cat, D));
     be->matmul(f->ws, L->eh_proj.h, cat, dsr1_fwd_view(f->x, D), n, f->act);
-    block(f, l, b);
-    outputs(f, b, &L->head_norm, &L->head, logits, hidden);
+    int compact = block(f, l, b, 1);
+    outputs(f, b, compact, &L->head_norm, &L->head, logits, hidden);
     return be->step_end(f->ws, err);
 }
 

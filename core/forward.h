@@ -48,6 +48,9 @@ typedef struct dsr1_fwd {
      * routes[(l * routes_n + routes_at + t) * topk]. Not owned. */
     int32_t *routes;
     int routes_n, routes_at;
+    /* Rows the last block's FFN ran on, summed over calls (forward.c's
+     * block: the output rows only; tests read it). */
+    uint64_t last_ffn_rows;
 } dsr1_fwd;
 
 /* The whole of a buffer as rows of ld floats. */

@@ -493,6 +493,56 @@ DSR1_TEST(forward_thread_and_chunk_invariance)
     tiny_close(&r);
 }
 
+/* The last layer's FFN runs on the output rows only (forward.c's block):
+ * a 9-token prefill asking for rows 7 and 2, in that order, gives those
+ * rows' logits and hidden states bit for bit as the same prefill asking
+ * for every row, with the last FFN run on 2 rows instead of 9; a chunk
+ * with no outputs runs it on none, and the cache it leaves gives the next
+ * chunk the one-shot prefill's logits. */
+static void last_ffn_rows(dsr1_test_ctx *t, dsr1_compute compute)
+{
+    tiny_run r;
+    if (tiny_open(t, &r, compute, 2)) return;
+    size_t V = (size_t)r.m->cfg.vocab_size, D = (size_t)r.m->cfg.hidden_size;
+    float *all = malloc(9 * V * 4), *two = malloc(2 * V * 4), *x = malloc(V * 4);
+    float *hall = malloc(9 * D * 4), *htwo = malloc(2 * D * 4);
+    int32_t pos[9], sq[9], every[9], pick[2] = {7, 2}, s;
+    dsr1_kvcache_seq_alloc(r.kv, &s, &r.err);
+    for (int i = 0; i < 9; i++) pos[i] = i, sq[i] = s, every[i] = i;
+    CHECK_OK(dsr1_kvcache_reserve(r.kv, s, 9, &r.err), &r.err);
+    dsr1_fwd_batch b = {.n = 9, .ids = tok_a, .pos = pos, .seq = sq, .n_out = 9, .out_rows = every};
+    uint64_t before = r.f->last_ffn_rows;
+    CHECK_OK(dsr1_forward(r.f, &b, all, hall, &r.err), &r.err);
+    CHECK(r.f->last_ffn_rows - before == 9);
+    b.n_out = 2;
+    b.out_rows = pick;
+    before = r.f->last_ffn_rows;
+    CHECK_OK(dsr1_forward(r.f, &b, two, htwo, &r.err), &r.err);
+    CHECK(r.f->last_ffn_rows - before == 2);
+    for (int i = 0; i < 2; i++) {
+        CHECKF(memcmp(two + i * V, all + (size_t)pick[i] * V, V * 4) == 0, "row %d's logits", pick[i]);
+        CHECKF(memcmp(htwo + i * D, hall + (size_t)pick[i] * D, D * 4) == 0, "row %d's hidden", pick[i]);
+    }
+    dsr1_kvcache_truncate(r.kv, s, 0);
+    CHECK_OK(dsr1_kvcache_reserve(r.kv, s, 5, &r.err), &r.err);
+    b = (dsr1_fwd_batch){.n = 5, .ids = tok_a, .pos = pos, .seq = sq, .n_out = 0};
+    before = r.f->last_ffn_rows;
+    CHECK_OK(dsr1_forward(r.f, &b, NULL, NULL, &r.err), &r.err);
+    CHECK(r.f->last_ffn_rows == before);
+    CHECK_OK(feed(&r, s, tok_a, 5, 9, x), &r.err);
+    CHECK(memcmp(x, all + 8 * V, V * 4) == 0);
+    CHECK(r.f->last_ffn_rows - before == 1);
+    free(all);
+    free(two);
+    free(x);
+    free(hall);
+    free(htwo);
+    tiny_close(&r);
+}
+
+DSR1_TEST(forward_last_ffn_output_rows_f32) { last_ffn_rows(t, DSR1_COMPUTE_F32); }
+DSR1_TEST(forward_last_ffn_output_rows_fast) { last_ffn_rows(t, DSR1_COMPUTE_FAST); }
+
 /* Bad batches are refused, not computed. */
 DSR1_TEST(forward_bad_batch)
 {
