@@ -543,6 +543,43 @@ static void last_ffn_rows(dsr1_test_ctx *t, dsr1_compute compute)
 DSR1_TEST(forward_last_ffn_output_rows_f32) { last_ffn_rows(t, DSR1_COMPUTE_F32); }
 DSR1_TEST(forward_last_ffn_output_rows_fast) { last_ffn_rows(t, DSR1_COMPUTE_FAST); }
 
+/* The MTP layer's block is a last block too: its draft logits for rows 5
+ * and 1 asked for alone equal the all-rows call's bit for bit, and its
+ * FFN runs on those 2 rows. (Speculation's exactness tests would not
+ * notice wrong drafts: verification only rejects them.) */
+DSR1_TEST(forward_mtp_output_rows)
+{
+    tiny_run r;
+    if (tiny_open(t, &r, DSR1_COMPUTE_FAST, 2)) return;
+    if (!r.m->n_mtp) {
+        dsr1_test_skip(t, "the tiny fixture has no MTP layer");
+        tiny_close(&r);
+        return;
+    }
+    size_t V = (size_t)r.m->cfg.vocab_size, D = (size_t)r.m->cfg.hidden_size;
+    float *h = malloc(9 * D * 4), *all = malloc(8 * V * 4), *two = malloc(2 * V * 4);
+    int32_t pos[9], sq[9], every[9], pick[2] = {5, 1}, s;
+    dsr1_kvcache_seq_alloc(r.kv, &s, &r.err);
+    for (int i = 0; i < 9; i++) pos[i] = i, sq[i] = s, every[i] = i;
+    CHECK_OK(dsr1_kvcache_reserve(r.kv, s, 9, &r.err), &r.err);
+    dsr1_fwd_batch b = {.n = 9, .ids = tok_a, .pos = pos, .seq = sq, .n_out = 9, .out_rows = every};
+    CHECK_OK(dsr1_forward(r.f, &b, NULL, h, &r.err), &r.err);
+    /* MTP row p: the next token tok_a[p + 1] with the main model's h[p] */
+    b = (dsr1_fwd_batch){.n = 8, .ids = tok_a + 1, .pos = pos, .seq = sq, .n_out = 8, .out_rows = every};
+    CHECK_OK(dsr1_forward_mtp(r.f, &b, h, (int64_t)D, all, NULL, &r.err), &r.err);
+    b.n_out = 2;
+    b.out_rows = pick;
+    uint64_t before = r.f->last_ffn_rows;
+    CHECK_OK(dsr1_forward_mtp(r.f, &b, h, (int64_t)D, two, NULL, &r.err), &r.err);
+    CHECK(r.f->last_ffn_rows - before == 2);
+    for (int i = 0; i < 2; i++)
+        CHECKF(memcmp(two + i * V, all + (size_t)pick[i] * V, V * 4) == 0, "MTP row %d", pick[i]);
+    free(h);
+    free(all);
+    free(two);
+    tiny_close(&r);
+}
+
 /* Bad batches are refused, not computed. */
 DSR1_TEST(forward_bad_batch)
 {
