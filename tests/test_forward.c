@@ -493,6 +493,18 @@ DSR1_TEST(forward_thread_and_chunk_invariance)
     tiny_close(&r);
 }
 
+/* Slot s's 9 tokens of tok_a as one batch, positions 0..8, every row an
+ * output (logits, hidden: either NULL); pos, sq and every ([9]) stay
+ * filled for the caller's batches. */
+static int all_rows(tiny_run *r, int s, int32_t *pos, int32_t *sq, int32_t *every, float *logits,
+                    float *hidden)
+{
+    for (int i = 0; i < 9; i++) pos[i] = i, sq[i] = s, every[i] = i;
+    if (dsr1_kvcache_reserve(r->kv, s, 9, &r->err)) return -1;
+    dsr1_fwd_batch b = {.n = 9, .ids = tok_a, .pos = pos, .seq = sq, .n_out = 9, .out_rows = every};
+    return dsr1_forward(r->f, &b, logits, hidden, &r->err);
+}
+
 /* The last layer's FFN runs on the output rows only (forward.c's block):
  * a 9-token prefill asking for rows 7 and 2, in that order, gives those
  * rows' logits and hidden states bit for bit as the same prefill asking
@@ -508,14 +520,10 @@ static void last_ffn_rows(dsr1_test_ctx *t, dsr1_compute compute)
     float *hall = malloc(9 * D * 4), *htwo = malloc(2 * D * 4);
     int32_t pos[9], sq[9], every[9], pick[2] = {7, 2}, s;
     dsr1_kvcache_seq_alloc(r.kv, &s, &r.err);
-    for (int i = 0; i < 9; i++) pos[i] = i, sq[i] = s, every[i] = i;
-    CHECK_OK(dsr1_kvcache_reserve(r.kv, s, 9, &r.err), &r.err);
-    dsr1_fwd_batch b = {.n = 9, .ids = tok_a, .pos = pos, .seq = sq, .n_out = 9, .out_rows = every};
     uint64_t before = r.f->last_ffn_rows;
-    CHECK_OK(dsr1_forward(r.f, &b, all, hall, &r.err), &r.err);
+    CHECK_OK(all_rows(&r, s, pos, sq, every, all, hall), &r.err);
     CHECK(r.f->last_ffn_rows - before == 9);
-    b.n_out = 2;
-    b.out_rows = pick;
+    dsr1_fwd_batch b = {.n = 9, .ids = tok_a, .pos = pos, .seq = sq, .n_out = 2, .out_rows = pick};
     before = r.f->last_ffn_rows;
     CHECK_OK(dsr1_forward(r.f, &b, two, htwo, &r.err), &r.err);
     CHECK(r.f->last_ffn_rows - before == 2);
@@ -560,12 +568,9 @@ DSR1_TEST(forward_mtp_output_rows)
     float *h = malloc(9 * D * 4), *all = malloc(8 * V * 4), *two = malloc(2 * V * 4);
     int32_t pos[9], sq[9], every[9], pick[2] = {5, 1}, s;
     dsr1_kvcache_seq_alloc(r.kv, &s, &r.err);
-    for (int i = 0; i < 9; i++) pos[i] = i, sq[i] = s, every[i] = i;
-    CHECK_OK(dsr1_kvcache_reserve(r.kv, s, 9, &r.err), &r.err);
-    dsr1_fwd_batch b = {.n = 9, .ids = tok_a, .pos = pos, .seq = sq, .n_out = 9, .out_rows = every};
-    CHECK_OK(dsr1_forward(r.f, &b, NULL, h, &r.err), &r.err);
+    CHECK_OK(all_rows(&r, s, pos, sq, every, NULL, h), &r.err);
     /* MTP row p: the next token tok_a[p + 1] with the main model's h[p] */
-    b = (dsr1_fwd_batch){.n = 8, .ids = tok_a + 1, .pos = pos, .seq = sq, .n_out = 8, .out_rows = every};
+    dsr1_fwd_batch b = {.n = 8, .ids = tok_a + 1, .pos = pos, .seq = sq, .n_out = 8, .out_rows = every};
     CHECK_OK(dsr1_forward_mtp(r.f, &b, h, (int64_t)D, all, NULL, &r.err), &r.err);
     b.n_out = 2;
     b.out_rows = pick;

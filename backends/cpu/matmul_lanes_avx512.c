@@ -135,6 +135,20 @@ INLINE __m512i w4_dp(__m512i acc, __m512i w, const int8_t *p)
 #endif
 }
 
+/* acc + vdpbf16ps(w, the pair at p in every lane), broadcast by the
+ * instruction (w4_dp's asm, for gcc's accumulator copies). */
+INLINE __m512 b16_dp(__m512 acc, __m512i w, const uint16_t *p)
+{
+#if defined(__GNUC__) && !defined(__clang__)
+    __asm__("vdpbf16ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const int32_t *)p));
+    return acc;
+#else
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_dpbf16_ps(acc, (__m512bh)w, (__m512bh)_mm512_set1_epi32(v));
+#endif
+}
+
 /* w4_dp on 8 lanes (ymm, {1to8}): a token vector's first 8 tokens. On Zen
  * 4 a 512-bit vpdpbusd is two 256-bit halves, so 8 tokens cost half of 16. */
 INLINE __m256i w4_dp8(__m256i acc, __m256i w, const int8_t *p)
@@ -672,84 +686,137 @@ void dsr1_mm_i8l_panel(const dsr1_wmat *w, int64_t r, int pr, int rv, int64_t c0
     lanes_panel(w->data, w->cols, r, pr, rv, c0, len, _mm512_set1_epi8((char)0x80), p);
 }
 
-/* A tile: rv x 16 rows of the panel x nt tokens over steps 4-column steps;
- * int32 accumulators iacc[b * 32 + h * 16 + i], kept across chunks. */
-INLINE void mk_i8l(const int rv, const int nt, int64_t steps, const uint8_t *p, const int8_t *xq,
-                   int64_t ldx, int32_t *iacc)
+/* A tile: rv x 16 rows of the panel x nt tokens over `steps` steps of 4
+ * bytes of x, broadcast by the instruction: W8A8's 4 int8 columns into
+ * int32 by vpdpbusd, or (bf) a bf16 pair into float by vdpbf16ps. The
+ * accumulators acc[b * 32 + h * 16 + i] (int32 or float bits) are kept
+ * across chunks; ldx is in bytes. */
+INLINE void mk_lanes(const int bf, const int rv, const int nt, int64_t steps, const uint8_t *p,
+                     const uint8_t *x, int64_t ldx, void *accm)
 {
-    __m512i acc[2][I8L_NT];
+    __m512i acc[2][I8L_NT], *am = accm;
 #pragma GCC unroll 2
     for (int h = 0; h < rv; h++)
 #pragma GCC unroll 6
-        for (int b = 0; b < nt; b++) acc[h][b] = _mm512_load_si512(iacc + b * 32 + h * 16);
+        for (int b = 0; b < nt; b++) acc[h][b] = _mm512_load_si512(am + b * 2 + h);
     for (int64_t s = 0; s < steps; s++) {
 #pragma GCC unroll 2
         for (int h = 0; h < rv; h++) {
             const __m512i wv = _mm512_load_si512(p + (s * rv + h) * 64);
 #pragma GCC unroll 6
-            for (int b = 0; b < nt; b++) acc[h][b] = w4_dp(acc[h][b], wv, xq + b * ldx + 4 * s);
+            for (int b = 0; b < nt; b++) {
+                const uint8_t *xs = x + b * ldx + 4 * s;
+                acc[h][b] = bf ? _mm512_castps_si512(b16_dp(_mm512_castsi512_ps(acc[h][b]), wv,
+                                                            (const uint16_t *)xs))
+                               : w4_dp(acc[h][b], wv, (const int8_t *)xs);
+            }
         }
     }
 #pragma GCC unroll 2
     for (int h = 0; h < rv; h++)
 #pragma GCC unroll 6
-        for (int b = 0; b < nt; b++) _mm512_store_si512(iacc + b * 32 + h * 16, acc[h][b]);
+        for (int b = 0; b < nt; b++) _mm512_store_si512(am + b * 2 + h, acc[h][b]);
 }
 
-#define I8L_NTS(rv_)                                                                      \
+#define LANES_NTS(bf_, rv_)                                                               \
     switch (nt) {                                                                         \
-    case 1: mk_i8l(rv_, 1, steps, p, xq, ldx, iacc); break;                               \
-    case 2: mk_i8l(rv_, 2, steps, p, xq, ldx, iacc); break;                               \
-    case 3: mk_i8l(rv_, 3, steps, p, xq, ldx, iacc); break;                               \
-    case 4: mk_i8l(rv_, 4, steps, p, xq, ldx, iacc); break;                               \
-    case 5: mk_i8l(rv_, 5, steps, p, xq, ldx, iacc); break;                               \
-    default: mk_i8l(rv_, 6, steps, p, xq, ldx, iacc); break;                              \
+    case 1: mk_lanes(bf_, rv_, 1, steps, p, x, ldx, acc); break;                          \
+    case 2: mk_lanes(bf_, rv_, 2, steps, p, x, ldx, acc); break;                          \
+    case 3: mk_lanes(bf_, rv_, 3, steps, p, x, ldx, acc); break;                          \
+    case 4: mk_lanes(bf_, rv_, 4, steps, p, x, ldx, acc); break;                          \
+    case 5: mk_lanes(bf_, rv_, 5, steps, p, x, ldx, acc); break;                          \
+    default: mk_lanes(bf_, rv_, 6, steps, p, x, ldx, acc); break;                         \
     }
 
-static void tile_i8l(int rv, int nt, int64_t steps, const uint8_t *p, const int8_t *xq, int64_t ldx,
-                     int32_t *iacc)
+static void tile_lanes(int bf, int rv, int nt, int64_t steps, const uint8_t *p, const uint8_t *x,
+                       int64_t ldx, void *acc)
 {
-    if (rv == 2) {
-        I8L_NTS(2)
+    if (bf && rv == 2) {
+        LANES_NTS(1, 2)
+    } else if (bf) {
+        LANES_NTS(1, 1)
+    } else if (rv == 2) {
+        LANES_NTS(0, 2)
     } else {
-        I8L_NTS(1)
+        LANES_NTS(0, 1)
+    }
+}
+
+/* The driver of both kernels with rows in lanes, W8A8 (bf = 0) and BF16
+ * (bf = 1, below): per 32-row block and block of I8L_TB tokens, each
+ * chunk of I8L_KC bytes of the rows (512 int8 or 256 bf16 columns) is
+ * transposed once into the panel and every token tile runs over it, the
+ * accumulators kept in acc between chunks; then y from them (W8A8: the
+ * float steps of rows_int8_panel; BF16: the sums as they are). */
+INLINE void rows_lanes(const int bf, const dsr1_mm_job *j, int64_t r0, int64_t r1)
+{
+    const dsr1_wmat *w = j->w;
+    const int64_t es = bf ? 2 : 1, kc = I8L_KC / es; /* bytes a weight; columns a chunk */
+    _Alignas(64) uint8_t panel[32 * I8L_KC]; /* the chunk's panel, 16 KB */
+    _Alignas(64) int32_t acc[I8L_TB * 32];   /* [token of the block][row]: int32 or float bits */
+    const float *fa = (const float *)acc, *sw = (const float *)w->scale; /* W8A8: one per row */
+    const uint8_t *x = bf ? (const uint8_t *)j->xb : (const uint8_t *)j->xq;
+    const int64_t ldx = bf ? 2 * j->ldxb : j->ldxq; /* bytes */
+    const __m512i flip = bf ? _mm512_setzero_si512() : _mm512_set1_epi8((char)0x80);
+    for (int64_t r = r0; r < r1; r += 32) {
+        const int pr = (int)(r1 - r < 32 ? r1 - r : 32), rv = pr > 16 ? 2 : 1;
+        for (int t0 = 0; t0 < j->n; t0 += I8L_TB) {
+            const int nb = j->n - t0 < I8L_TB ? j->n - t0 : I8L_TB;
+            memset(acc, 0, (size_t)nb * 32 * sizeof *acc);
+            for (int64_t c0 = 0; c0 < w->cols; c0 += kc) {
+                const int64_t len = w->cols - c0 < kc ? w->cols - c0 : kc;
+                lanes_panel(w->data, w->cols * es, r, pr, rv, c0 * es, len * es, flip, panel);
+                for (int b0 = 0; b0 < nb; b0 += I8L_NT) {
+                    const int nt = nb - b0 < I8L_NT ? nb - b0 : I8L_NT;
+                    tile_lanes(bf, rv, nt, len * es / 4, panel, x + (t0 + b0) * ldx + c0 * es, ldx,
+                               acc + b0 * 32);
+                }
+            }
+            for (int b = 0; b < nb; b++)
+                for (int h = 0; h < rv; h++) {
+                    const int ph = pr - 16 * h < 16 ? pr - 16 * h : 16;
+                    const __mmask16 m = ph >= 16 ? 0xffff : (__mmask16)((1u << ph) - 1);
+                    float *y = j->y + (t0 + b) * j->ldy + r + 16 * h;
+                    if (bf) {
+                        _mm512_mask_storeu_ps(y, m, _mm512_load_ps(fa + b * 32 + h * 16));
+                        continue;
+                    }
+                    /* y = (dot - 128 sum x) * s_x * s_w, the order of rows_int8_panel */
+                    const __m512i d = _mm512_sub_epi32(_mm512_load_si512(acc + b * 32 + h * 16),
+                                                       _mm512_set1_epi32(128 * j->xsum[t0 + b]));
+                    const __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(d),
+                                                                 _mm512_set1_ps(j->xs[t0 + b])),
+                                                   _mm512_maskz_loadu_ps(m, sw + r + 16 * h));
+                    _mm512_mask_storeu_ps(y, m, v);
+                }
+        }
     }
 }
 
 void dsr1_mm_rows_int8_lanes_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1)
 {
-    const dsr1_wmat *w = j->w;
-    _Alignas(64) uint8_t codes[32 * I8L_KC];  /* the chunk's code panel, 16 KB */
-    _Alignas(64) int32_t iacc[I8L_TB * 32];   /* [token of the block][row] */
-    const float *sw = (const float *)w->scale; /* one per row */
-    for (int64_t r = r0; r < r1; r += 32) {
-        const int pr = (int)(r1 - r < 32 ? r1 - r : 32), rv = pr > 16 ? 2 : 1;
-        for (int t0 = 0; t0 < j->n; t0 += I8L_TB) {
-            const int nb = j->n - t0 < I8L_TB ? j->n - t0 : I8L_TB;
-            memset(iacc, 0, (size_t)nb * 32 * sizeof *iacc);
-            for (int64_t c0 = 0; c0 < w->cols; c0 += I8L_KC) {
-                const int64_t len = w->cols - c0 < I8L_KC ? w->cols - c0 : I8L_KC;
-                dsr1_mm_i8l_panel(w, r, pr, rv, c0, len, codes);
-                for (int b0 = 0; b0 < nb; b0 += I8L_NT) {
-                    const int nt = nb - b0 < I8L_NT ? nb - b0 : I8L_NT;
-                    tile_i8l(rv, nt, len / 4, codes, j->xq + (t0 + b0) * j->ldxq + c0, j->ldxq,
-                             iacc + b0 * 32);
-                }
-            }
-            /* y = (dot - 128 sum x) * s_x * s_w, the order of rows_int8_panel */
-            for (int b = 0; b < nb; b++)
-                for (int h = 0; h < rv; h++) {
-                    const int ph = pr - 16 * h < 16 ? pr - 16 * h : 16;
-                    const __mmask16 m = ph >= 16 ? 0xffff : (__mmask16)((1u << ph) - 1);
-                    const __m512i d = _mm512_sub_epi32(_mm512_load_si512(iacc + b * 32 + h * 16),
-                                                       _mm512_set1_epi32(128 * j->xsum[t0 + b]));
-                    const __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(d),
-                                                                 _mm512_set1_ps(j->xs[t0 + b])),
-                                                   _mm512_maskz_loadu_ps(m, sw + r + 16 * h));
-                    _mm512_mask_storeu_ps(j->y + (t0 + b) * j->ldy + r + 16 * h, m, v);
-                }
-        }
-    }
+    rows_lanes(0, j, r0, r1);
+}
+
+/* BF16 weights, many tokens, in the fast mode: the layout of W8A8's rows
+ * in lanes with a bf16 pair where INT8 has 4 bytes (rows_lanes above). A
+ * 32-row x 256-column chunk is transposed once per token block into a
+ * panel where a vector holds columns 2s, 2s + 1 of 16 rows; a tile of up
+ * to 6 tokens x 32 rows then adds 2 columns of 16 rows per vdpbf16ps with
+ * the token's pair of x read by the instruction itself ({1to16}), into float
+ * accumulators that are each 16 rows' dots and stay in memory between
+ * chunks. So each row's dot is one sequence of vdpbf16ps steps over its
+ * columns in order (for any n, tiling or thread count), with no
+ * horizontal sums; the canonical order (matmul_impl.h) instead sums 16
+ * lanes per 2048-column chunk by a fixed tree, which cost the 4x6-tile
+ * kernel ~6% of a 512-token matmul in reductions and its panel copy
+ * another 3-6%. Not the canonical order, so only in the fast mode
+ * (matmul.c: BF16 weights with DSR1_ACT_INT8_FAST, from DSR1_MM_B16L_MIN_N
+ * tokens, columns a multiple of 32). vdpbf16ps flushes denormal inputs and
+ * quiets NaNs itself, which the canonical kernels' copy did by hand. */
+void dsr1_mm_rows_bf16_lanes_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1)
+{
+    rows_lanes(1, j, r0, r1);
 }
 
 /* FP8 as W8A8 (matmul_impl.h's order): the same panels and tiles, but W
@@ -1653,123 +1720,4 @@ void dsr1_transpose_u16_avx512(const uint16_t *src, int64_t lds, int rows, int c
                                int64_t ldd)
 {
     transpose_es(2, (const char *)src, lds, rows, cols, (char *)dst, ldd);
-}
-
-/* ---- BF16 with rows in lanes (the fast mode) ------------------------------------ */
-
-/* BF16 weights, many tokens, in the fast mode: the layout of W8A8's rows
- * in lanes with a bf16 pair where INT8 has 4 bytes. A 32-row x B16L_KC-
- * column chunk is transposed once per token block into a panel where a
- * vector holds columns 2s, 2s + 1 of 16 rows; a tile of up to 6 tokens x
- * 32 rows then adds 2 columns of 16 rows per vdpbf16ps with the token's
- * pair of x read by the instruction itself ({1to16}), into float
- * accumulators that are each 16 rows' dots and stay in memory between
- * chunks. So each row's dot is one sequence of vdpbf16ps steps over its
- * columns in order (for any n, tiling or thread count), with no
- * horizontal sums; the canonical order (matmul_impl.h) instead sums 16
- * lanes per 2048-column chunk by a fixed tree, which cost the 4x6-tile
- * kernel ~6% of a 512-token matmul in reductions and its panel copy
- * another 3-6%. Not the canonical order, so only in the fast mode
- * (matmul.c: BF16 weights with DSR1_ACT_INT8_FAST, from DSR1_MM_B16L_MIN_N
- * tokens, columns a multiple of 32). vdpbf16ps flushes denormal inputs and
- * quiets NaNs itself, which the canonical kernels' copy did by hand. */
-#define B16L_NT 6
-#define B16L_TB 512
-#define B16L_KC 256 /* bf16 columns: 32 rows x 512 bytes, 16 KB */
-
-/* Rows [r, r + pr) (rv halves of 16), columns [c0, c0 + len) (len a
- * multiple of 32): step s (columns c0 + 2s, 2s + 1) of half h at
- * p + (s * rv + h) * 64, lane i = row r + 16h + i; missing rows zero. */
-static void b16l_panel(const dsr1_wmat *w, int64_t r, int pr, int rv, int64_t c0, int64_t len,
-                       uint8_t *p)
-{
-    lanes_panel(w->data, w->cols * 2, r, pr, rv, c0 * 2, len * 2, _mm512_setzero_si512(), p);
-}
-
-/* acc + vdpbf16ps(w, the pair at p in every lane), broadcast by the
- * instruction (w4_dp's asm, for gcc's accumulator copies). */
-INLINE __m512 b16_dp(__m512 acc, __m512i w, const uint16_t *p)
-{
-#if defined(__GNUC__) && !defined(__clang__)
-    __asm__("vdpbf16ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const int32_t *)p));
-    return acc;
-#else
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm512_dpbf16_ps(acc, (__m512bh)w, (__m512bh)_mm512_set1_epi32(v));
-#endif
-}
-
-/* mk_i8l's tile with float accumulators and vdpbf16ps (the same loop: one
- * panel vector per half, x's 4 bytes broadcast by the instruction). */
-INLINE void mk_b16l(const int rv, const int nt, int64_t steps, const uint8_t *p, const uint16_t *xb,
-                    int64_t ldx, float *facc)
-{
-    __m512 acc[2][B16L_NT];
-#pragma GCC unroll 2
-    for (int h = 0; h < rv; h++)
-#pragma GCC unroll 6
-        for (int b = 0; b < nt; b++) acc[h][b] = _mm512_load_ps(facc + b * 32 + h * 16);
-    for (int64_t s = 0; s < steps; s++) {
-#pragma GCC unroll 2
-        for (int h = 0; h < rv; h++) {
-            const __m512i wv = _mm512_load_si512(p + (s * rv + h) * 64);
-#pragma GCC unroll 6
-            for (int b = 0; b < nt; b++) acc[h][b] = b16_dp(acc[h][b], wv, xb + b * ldx + 2 * s);
-        }
-    }
-#pragma GCC unroll 2
-    for (int h = 0; h < rv; h++)
-#pragma GCC unroll 6
-        for (int b = 0; b < nt; b++) _mm512_store_ps(facc + b * 32 + h * 16, acc[h][b]);
-}
-
-#define B16L_NTS(rv_)                                                                     \
-    switch (nt) {                                                                         \
-    case 1: mk_b16l(rv_, 1, steps, p, xb, ldx, facc); break;                              \
-    case 2: mk_b16l(rv_, 2, steps, p, xb, ldx, facc); break;                              \
-    case 3: mk_b16l(rv_, 3, steps, p, xb, ldx, facc); break;                              \
-    case 4: mk_b16l(rv_, 4, steps, p, xb, ldx, facc); break;                              \
-    case 5: mk_b16l(rv_, 5, steps, p, xb, ldx, facc); break;                              \
-    default: mk_b16l(rv_, 6, steps, p, xb, ldx, facc); break;                             \
-    }
-
-static void tile_b16l(int rv, int nt, int64_t steps, const uint8_t *p, const uint16_t *xb,
-                      int64_t ldx, float *facc)
-{
-    if (rv == 2) {
-        B16L_NTS(2)
-    } else {
-        B16L_NTS(1)
-    }
-}
-
-void dsr1_mm_rows_bf16_lanes_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1)
-{
-    const dsr1_wmat *w = j->w;
-    _Alignas(64) uint8_t panel[32 * B16L_KC * 2]; /* the chunk's panel, 16 KB */
-    _Alignas(64) float facc[B16L_TB * 32];        /* [token of the block][row], 64 KB */
-    for (int64_t r = r0; r < r1; r += 32) {
-        const int pr = (int)(r1 - r < 32 ? r1 - r : 32), rv = pr > 16 ? 2 : 1;
-        for (int t0 = 0; t0 < j->n; t0 += B16L_TB) {
-            const int nb = j->n - t0 < B16L_TB ? j->n - t0 : B16L_TB;
-            memset(facc, 0, (size_t)nb * 32 * sizeof *facc);
-            for (int64_t c0 = 0; c0 < w->cols; c0 += B16L_KC) {
-                const int64_t len = w->cols - c0 < B16L_KC ? w->cols - c0 : B16L_KC;
-                b16l_panel(w, r, pr, rv, c0, len, panel);
-                for (int b0 = 0; b0 < nb; b0 += B16L_NT) {
-                    const int nt = nb - b0 < B16L_NT ? nb - b0 : B16L_NT;
-                    tile_b16l(rv, nt, len / 2, panel, j->xb + (t0 + b0) * j->ldxb + c0, j->ldxb,
-                              facc + b0 * 32);
-                }
-            }
-            for (int b = 0; b < nb; b++)
-                for (int h = 0; h < rv; h++) {
-                    const int ph = pr - 16 * h < 16 ? pr - 16 * h : 16;
-                    const __mmask16 m = ph >= 16 ? 0xffff : (__mmask16)((1u << ph) - 1);
-                    _mm512_mask_storeu_ps(j->y + (t0 + b) * j->ldy + r + 16 * h, m,
-                                          _mm512_load_ps(facc + b * 32 + h * 16));
-                }
-        }
-    }
 }
