@@ -32,7 +32,10 @@
 #     and prints the medians of prefill (pp512) and decode (tg32) tokens/s
 #     and the ratios dsr1 / peer, with the CPU named; then each round's own
 #     ratio (the three engines' runs of one round side by side): their
-#     median and in how many rounds dsr1 was ahead. Decode is timed from
+#     median and in how many rounds dsr1 was ahead; then dsr1 against each
+#     peer within the machine's memory states (tools/peer_states.awk: a
+#     `dsr1 bench membw` probe of a second before and after every run
+#     labels it slow or fast spell). Decode is timed from
 #     an empty context on every side: llama-bench's tg test starts at
 #     position 0, so dsr1's comes from its 1-token prompt row (before
 #     2026-11-27 it came from the 512-token row, attending to 512 more
@@ -48,7 +51,7 @@
 # what the default W8A8 prefill gains; 0: not).
 # Either source may be left out; its columns are then "-".
 # Prints the table to stdout and to $W/peer.txt; the raw runs go to
-# $W/runs.txt.
+# $W/runs.txt ("engine type prefill decode round bw_before bw_after").
 set -eu
 DSR1=${DSR1:-./dsr1}
 BUILD=${BUILD:-build}
@@ -185,6 +188,12 @@ median() { sort -g | awk '{ v[NR] = $1 } END { if (!NR) { print "-"; exit } prin
 col() { awk -v e="$1" -v t="$2" -v k="$3" '$1 == e && $2 == t { print $k }' "$RUNS" | median |
     awk '{ if ($1 == "-") print; else printf "%.2f\n", $1 }'; }
 
+# The machine's read bandwidth now (GB/s, or "-"): 256 MiB once per
+# configuration, about a second. Taken before and after each run, so
+# that tools/peer_states.awk can tell the memory spell the run had.
+probe() { "$DSR1" bench membw --size 256 --reps 1 --threads "$THREADS" 2>/dev/null |
+    awk '/streaming read/ && !v { v = $2 } END { print v ~ /^[0-9.]+$/ ? v : "-" }'; }
+
 for t in $TYPES; do
     q=$(gguf_for "$t")
     f=$(dsr1_file "$t")
@@ -205,18 +214,20 @@ for t in $TYPES; do
         # engine always runs first, right after the untimed pass or another
         # engine's run: each place in the order comes to each engine alike.
         for e in $(rotate "$r" dsr1 llama ik); do
+            b=$(probe)
             case $e in
             dsr1)
-                x=$(run_dsr1 "$f") && echo "dsr1 $t $x $r" >>"$RUNS" || say "dsr1 $t round $r failed"
+                x=$(run_dsr1 "$f") && echo "dsr1 $t $x $r $b $(probe)" >>"$RUNS" || say "dsr1 $t round $r failed"
                 # the FP8 file again with its prefill in bf16, against the same GGUF rows
                 if [ "$t" = fp8 ] && [ "${FP8_BF16:-1}" = 1 ]; then
-                    x=$(run_dsr1 "$f" --fp8-prefill bf16) && echo "dsr1 fp8-bf16 $x $r" >>"$RUNS" ||
+                    b=$(probe)
+                    x=$(run_dsr1 "$f" --fp8-prefill bf16) && echo "dsr1 fp8-bf16 $x $r $b $(probe)" >>"$RUNS" ||
                         say "dsr1 fp8 --fp8-prefill bf16 round $r failed"
                 fi ;;
             llama)
-                if [ -n "$LL" ]; then x=$(run_llama "$LL" "$g") && echo "llama $t $x $r" >>"$RUNS" || say "llama.cpp $q round $r failed"; fi ;;
+                if [ -n "$LL" ]; then x=$(run_llama "$LL" "$g") && echo "llama $t $x $r $b $(probe)" >>"$RUNS" || say "llama.cpp $q round $r failed"; fi ;;
             ik)
-                if [ -n "$IK" ]; then x=$(run_llama "$IK" "$g" -mla 3 -fmoe 1) && echo "ik $t $x $r" >>"$RUNS" || say "ik_llama.cpp $q round $r failed"; fi ;;
+                if [ -n "$IK" ]; then x=$(run_llama "$IK" "$g" -mla 3 -fmoe 1) && echo "ik $t $x $r $b $(probe)" >>"$RUNS" || say "ik_llama.cpp $q round $r failed"; fi ;;
             esac
         done
     done
@@ -237,6 +248,9 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b == 0) p
 # ratios is steadier than the ratio of two medians taken over different
 # rounds; both are printed.
 rounds() { awk -v t="$1" -v p="$2" -v pt="$3" -v k="$4" -f "$HERE/peer_rounds.awk" "$RUNS"; }
+# The same within the machine's memory spells (tools/peer_states.awk):
+# "slow R (N/M) fast R (N/M)", dsr1's median over the peer's in each.
+states() { awk -v t="$1" -v p="$2" -v pt="$3" -v k="$4" -f "$HERE/peer_states.awk" "$RUNS"; }
 {
     echo "machine: ${cpu:-unknown CPU}, $(nproc) CPUs, $THREADS threads; medians of $ROUNDS interleaved rounds"
     echo "dsr1 $("$DSR1" --version 2>/dev/null | head -1) ($REV)" \
@@ -261,6 +275,22 @@ rounds() { awk -v t="$1" -v p="$2" -v pt="$3" -v k="$4" -f "$HERE/peer_rounds.aw
             what=$([ $k = 3 ] && echo "pp$PP" || echo "tg$TG")
             printf '%-22s %14s %14s\n' "$what $t vs $q" "$(rounds "$t" llama "${t%-bf16}" $k)" \
                 "$(rounds "$t" ik "${t%-bf16}" $k)"
+        done
+    done
+    thr=$(awk -v what=threshold -f "$HERE/peer_states.awk" "$RUNS")
+    if [ "$thr" = - ]; then
+        echo "by memory state (bench membw before and after each run: one state throughout):"
+    else
+        echo "by memory state (bench membw before and after each run: slow below $thr GB/s, fast above; a run across both left out):"
+    fi
+    printf '%-22s %-32s %s\n' "dsr1 / peer medians" "dsr1/llama (runs dsr1/llama)" "dsr1/ik (runs dsr1/ik)"
+    for t in $(echo " $TYPES " | sed 's/ fp8 / fp8 fp8-bf16 /'); do
+        [ "$t" = fp8-bf16 ] && [ "${FP8_BF16:-1}" != 1 ] && continue
+        q=$(gguf_for "${t%-bf16}")
+        for k in 3 4; do
+            what=$([ $k = 3 ] && echo "pp$PP" || echo "tg$TG")
+            printf '%-22s %-32s %s\n' "$what $t vs $q" "$(states "$t" llama "${t%-bf16}" $k)" \
+                "$(states "$t" ik "${t%-bf16}" $k)"
         done
     done
 } | tee "$W/peer.txt"

@@ -22,10 +22,19 @@ echo '{}' >"$TMPDIR/ckpt/config.json"
 
 # dsr1: `bench` rows as cli/bench_model.c prints them (prompt batch gen
 # ttft prefill tpot decode ...): prefill 200 tok/s, decode 20.
+# `bench membw` is the probe around each run: its first 12 calls read 30
+# GB/s (a slow spell), the rest 60, so the run whose probes are calls 12
+# and 13 (ik_llama.cpp's, round 3) crosses the spells.
 cat >"$TMPDIR/dsr1" <<'EOF'
 #!/bin/sh
 case $1 in
 bench)
+    if [ "$2" = membw ]; then
+        n=$(($(cat "$LOG.bw" 2>/dev/null || echo 0) + 1))
+        echo $n >"$LOG.bw"
+        echo "membw: $([ $n -le 12 ] && echo 30.0 || echo 60.0) GB/s streaming read (stand-in)"
+        exit 0
+    fi
     echo dsr1 >>"$LOG"
     echo " prompt batch   gen    ttft_ms  prefill_t/s   tpot_ms  decode_t/s"
     echo "    512     1    32      100.0       200.00     50.00       20.00"
@@ -80,4 +89,15 @@ row() { # label -> the table's row with that label, spaces squeezed
 echo "$out" | grep -q "^pp512 int8 vs q8_0 *2.00 4/4 *1.33 3/3$" ||
     { echo "FAIL: per-round prefill row missing"; echo "$out"; fail=1; }
 echo "$out" | grep -q "^machine: Stand-in CPU" || { echo "FAIL: the machine line"; echo "$out"; fail=1; }
+# every run carries the probes around it (the failed one left no line)
+got=$(awk '{ printf "%s%s:%s-%s ", $1, $5, $6, $7 }' "$W/runs.txt")
+want="dsr11:30.0-30.0 llama1:30.0-30.0 ik1:30.0-30.0 llama2:30.0-30.0 dsr12:30.0-30.0 ik3:30.0-60.0 dsr13:60.0-60.0 llama3:60.0-60.0 dsr14:60.0-60.0 llama4:60.0-60.0 ik4:60.0-60.0 "
+[ "$got" = "$want" ] || { echo "FAIL: probes in runs.txt '$got', want '$want'"; fail=1; }
+# the spells: split between 30 and 60 (at their geometric mean), each
+# side's medians compared within it, ik_llama.cpp's round-3 run left out
+echo "$out" | grep -q "^by memory state (.*slow below 42.4 GB/s, fast above" ||
+    { echo "FAIL: the memory-state header"; echo "$out"; fail=1; }
+[ "$(echo "$out" | grep "^tg32 int8 vs q8_0 *slow" | tr -s ' ')" = \
+    "tg32 int8 vs q8_0 slow 2.00 (2/2) fast 2.00 (2/2) slow 1.25 (2/1) fast 1.25 (2/1)" ] ||
+    { echo "FAIL: the memory-state decode row"; echo "$out"; fail=1; }
 exit $fail
