@@ -1,7 +1,8 @@
 #!/bin/sh
 # bench_peer_states.sh - tools/peer_states.awk, bench-peer's comparison
 # within the machine's memory spells: the split found in the probes (the
-# widest gap of 1.25x or more with a tenth of the values on each side),
+# tightest cut into two sides of a tenth of the values or more, whose
+# medians are 1.25x apart or more),
 # runs labelled by the probes before and after them, a run across the
 # split and lines without probes left out, medians compared per spell,
 # one state when the probes show no gap, "-" when nothing pairs.
@@ -53,6 +54,19 @@ ik int4 135 18 3 59 60
 T
 check "45.7" int4 ik int4 4 threshold
 check "slow 1.13 (1/1) fast 1.28 (1/2)" int4 ik int4 4
+# probes caught while the spell changed fill the gap (no step of 1.25x
+# between neighbours: 36, 41, 47, 53): the split is still found, between
+# the sides' medians (35.5 and 57.5 GB/s), and a run across it left out
+cat >"$R" <<'T'
+dsr1 int8 250 12 1 34 35
+ik int8 137 11 1 35 36
+dsr1 int8 251 17 2 57 58
+ik int8 136 15 2 60 58
+dsr1 int8 249 14 3 41 47
+ik int8 138 13 3 47 53
+T
+check "43.9" int8 ik int8 4 threshold
+check "slow 1.09 (1/1) fast 1.21 (1/2)" int8 ik int8 4
 # hostile values: text, zero, negative probes or speeds are left out
 cat >"$R" <<'T'
 dsr1 int8 100 10 1 abc 30
