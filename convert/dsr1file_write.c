@@ -346,7 +346,7 @@ int dsr1_writer_finish(dsr1_writer *w, dsr1_error *err)
      * mapping, a kernel with large folios for the filesystem (ext4 from
      * Linux 6.16, xfs) caches them in 2 MiB folios that are mapped with 2
      * MiB pages, and decode, which streams the weights once per token,
-     * reads those 15-20% faster (README, Performance). Best effort. */
+     * reads those 15-20% faster (README, Memory check and preload). Best effort. */
     if (!rc) (void)posix_fadvise(w->fd, 0, 0, POSIX_FADV_DONTNEED);
     if (!rc && rename(w->tmp, w->path) != 0)
         rc = dsr1_errorf(err, DSR1_EIO, "%s: cannot rename to %s: %s", w->tmp, w->path,

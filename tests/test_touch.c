@@ -3,7 +3,7 @@
  * buffers when it is created (dsr1_touch in cpu_backend.c), not in the
  * first step that writes them: in a VM a fault can cost tens of
  * microseconds, and a fresh R1 workspace's first 512-token prefill used
- * to take ~50,000 of them (README, Performance). Measured as the growth
+ * to take ~50,000 of them (PERFORMANCE.md). Measured as the growth
  * of the process's resident set across ws_create, which holds with 4 KiB
  * pages and transparent huge pages alike: untouched malloc'd memory is
  * not resident. malloc_trim first: the workspace may reuse blocks that
