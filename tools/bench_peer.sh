@@ -251,6 +251,19 @@ rounds() { awk -v t="$1" -v p="$2" -v pt="$3" -v k="$4" -f "$HERE/peer_rounds.aw
 # The same within the machine's memory spells (tools/peer_states.awk):
 # "slow R (N/M) fast R (N/M)", dsr1's median over the peer's in each.
 states() { awk -v t="$1" -v p="$2" -v pt="$3" -v k="$4" -f "$HERE/peer_states.awk" "$RUNS"; }
+# A row per type and column (prefill, decode) of fn's answers for dsr1
+# against llama.cpp and against ik_llama.cpp, printed with fmt.
+pair_rows() { # fn fmt
+    for t in $(echo " $TYPES " | sed 's/ fp8 / fp8 fp8-bf16 /'); do
+        [ "$t" = fp8-bf16 ] && [ "${FP8_BF16:-1}" != 1 ] && continue
+        q=$(gguf_for "${t%-bf16}")
+        for k in 3 4; do
+            what=$([ $k = 3 ] && echo "pp$PP" || echo "tg$TG")
+            # shellcheck disable=SC2059 # the format is the caller's
+            printf "$2" "$what $t vs $q" "$("$1" "$t" llama "${t%-bf16}" $k)" "$("$1" "$t" ik "${t%-bf16}" $k)"
+        done
+    done
+}
 {
     echo "machine: ${cpu:-unknown CPU}, $(nproc) CPUs, $THREADS threads; medians of $ROUNDS interleaved rounds"
     echo "dsr1 $("$DSR1" --version 2>/dev/null | head -1) ($REV)" \
@@ -268,15 +281,7 @@ states() { awk -v t="$1" -v p="$2" -v pt="$3" -v k="$4" -f "$HERE/peer_states.aw
     done
     echo "per round (each round's dsr1 / peer, then their median and the rounds dsr1 was ahead in):"
     printf '%-22s %14s %14s\n' "" "dsr1/llama" "dsr1/ik"
-    for t in $(echo " $TYPES " | sed 's/ fp8 / fp8 fp8-bf16 /'); do
-        [ "$t" = fp8-bf16 ] && [ "${FP8_BF16:-1}" != 1 ] && continue
-        q=$(gguf_for "${t%-bf16}")
-        for k in 3 4; do
-            what=$([ $k = 3 ] && echo "pp$PP" || echo "tg$TG")
-            printf '%-22s %14s %14s\n' "$what $t vs $q" "$(rounds "$t" llama "${t%-bf16}" $k)" \
-                "$(rounds "$t" ik "${t%-bf16}" $k)"
-        done
-    done
+    pair_rows rounds '%-22s %14s %14s\n'
     thr=$(awk -v what=threshold -f "$HERE/peer_states.awk" "$RUNS")
     if [ "$thr" = - ]; then
         echo "by memory state (bench membw before and after each run: one state throughout):"
@@ -284,13 +289,5 @@ states() { awk -v t="$1" -v p="$2" -v pt="$3" -v k="$4" -f "$HERE/peer_states.aw
         echo "by memory state (bench membw before and after each run: slow below $thr GB/s, fast above; a run across both left out):"
     fi
     printf '%-22s %-32s %s\n' "dsr1 / peer medians" "dsr1/llama (runs dsr1/llama)" "dsr1/ik (runs dsr1/ik)"
-    for t in $(echo " $TYPES " | sed 's/ fp8 / fp8 fp8-bf16 /'); do
-        [ "$t" = fp8-bf16 ] && [ "${FP8_BF16:-1}" != 1 ] && continue
-        q=$(gguf_for "${t%-bf16}")
-        for k in 3 4; do
-            what=$([ $k = 3 ] && echo "pp$PP" || echo "tg$TG")
-            printf '%-22s %-32s %s\n' "$what $t vs $q" "$(states "$t" llama "${t%-bf16}" $k)" \
-                "$(states "$t" ik "${t%-bf16}" $k)"
-        done
-    done
+    pair_rows states '%-22s %-32s %s\n'
 } | tee "$W/peer.txt"
