@@ -214,6 +214,7 @@ for t in $TYPES; do
         # engine always runs first, right after the untimed pass or another
         # engine's run: each place in the order comes to each engine alike.
         for e in $(rotate "$r" dsr1 llama ik); do
+            { [ $e = llama ] && [ -z "$LL" ]; } || { [ $e = ik ] && [ -z "$IK" ]; } && continue # not given
             b=$(probe)
             case $e in
             dsr1)
