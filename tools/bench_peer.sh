@@ -269,7 +269,12 @@ pair_rows() { # fn fmt
     echo "machine: ${cpu:-unknown CPU}, $(nproc) CPUs, $THREADS threads; medians of $ROUNDS interleaved rounds"
     echo "dsr1 $("$DSR1" --version 2>/dev/null | head -1) ($REV)" \
         "llama.cpp ${LLAMA_SRC:-(not run)} ik_llama.cpp ${IK_SRC:-(not run)} (ik: -mla 3 -fmoe 1)"
-    echo "LM heads: dsr1 int8/int4 INT8, fp8 ${FP8_HEAD:-int8}; GGUF Q8_0/Q4_0 Q8_0"
+    heads=
+    case " $TYPES " in *" fp8 "* | *" int8 "* | *" int4 "*)
+        heads="dsr1 int8/int4 INT8, fp8 ${FP8_HEAD:-int8}; GGUF Q8_0/Q4_0 Q8_0" ;;
+    esac
+    case " $TYPES " in *" bf16 "*) heads="${heads:+$heads; }bf16: BF16 on every side" ;; esac
+    echo "LM heads: $heads"
     printf '%-22s %8s %8s %8s %8s %8s\n' "tok/s" dsr1 llama ik dsr1/llama dsr1/ik
     for t in $(echo " $TYPES " | sed 's/ fp8 / fp8 fp8-bf16 /'); do
         [ "$t" = fp8-bf16 ] && [ "${FP8_BF16:-1}" != 1 ] && continue

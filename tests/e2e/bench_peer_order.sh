@@ -89,6 +89,10 @@ row() { # label -> the table's row with that label, spaces squeezed
 echo "$out" | grep -q "^pp512 int8 vs q8_0 *2.00 4/4 *1.33 3/3$" ||
     { echo "FAIL: per-round prefill row missing"; echo "$out"; fail=1; }
 echo "$out" | grep -q "^machine: Stand-in CPU" || { echo "FAIL: the machine line"; echo "$out"; fail=1; }
+# the heads line names the pairs that ran: 8-bit heads here, no BF16 clause
+# (a BF16-only run once printed the 8/4-bit pairs' heads too; checked last, below)
+[ "$(echo "$out" | grep "^LM heads:")" = "LM heads: dsr1 int8/int4 INT8, fp8 int8; GGUF Q8_0/Q4_0 Q8_0" ] ||
+    { echo "FAIL: the LM heads line"; echo "$out"; fail=1; }
 # every run carries the probes around it (the failed one left no line)
 got=$(awk '{ printf "%s%s:%s-%s ", $1, $5, $6, $7 }' "$W/runs.txt")
 want="dsr11:30.0-30.0 llama1:30.0-30.0 ik1:30.0-30.0 llama2:30.0-30.0 dsr12:30.0-30.0 ik3:30.0-60.0 dsr13:60.0-60.0 llama3:60.0-60.0 dsr14:60.0-60.0 llama4:60.0-60.0 ik4:60.0-60.0 "
@@ -100,4 +104,11 @@ echo "$out" | grep -q "^by memory state (.*slow below 42.4 GB/s, fast above" ||
 [ "$(echo "$out" | grep "^tg32 int8 vs q8_0 *slow" | tr -s ' ')" = \
     "tg32 int8 vs q8_0 slow 2.00 (2/2) fast 2.00 (2/2) slow 1.25 (2/1) fast 1.25 (2/1)" ] ||
     { echo "FAIL: the memory-state decode row"; echo "$out"; fail=1; }
+# last (it rewrites runs.txt): a BF16-only run names its heads alone
+: >"$W/r1-bf16.dsr1"
+: >"$W/r1-bf16.gguf"
+out2=$(DSR1="$TMPDIR/dsr1" W="$W" CKPT="$TMPDIR/ckpt" LLAMA_SRC="$TMPDIR/src" IK_SRC="$TMPDIR/src" \
+    TYPES=bf16 ROUNDS=1 KEEP=1 PYTHON=$(command -v python3) sh "$HERE/tools/bench_peer.sh" 2>"$TMPDIR/err2")
+[ "$(echo "$out2" | grep "^LM heads:")" = "LM heads: bf16: BF16 on every side" ] ||
+    { echo "FAIL: the LM heads line of a BF16 run"; echo "$out2"; cat "$TMPDIR/err2"; fail=1; }
 exit $fail
