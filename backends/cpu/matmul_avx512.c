@@ -1378,6 +1378,64 @@ static void panel_chunk(const dsr1_mm_job *j, int64_t r, int pr, int64_t c0, int
     }
 }
 
+/* BF16 weights, one token, BF16 mode (batch-1 decode of a BF16 file):
+ * eight rows side by side, as ik_llama.cpp's BF16 GEMV reads them, each
+ * 32-column step's weights loaded as the vdpbf16ps operand directly (the
+ * bits load32 gives by widening to f32 and rounding back), the lines
+ * asked for 2 KiB ahead into L2 as tile_prefetch does. The order is
+ * mk_fused's: per 2048-column chunk one accumulator a row, its lane sum
+ * added to the row's total chunk by chunk, so the same bits as the
+ * portable kernel (kernels_bf16_gemv_matches_portable). Measured in the
+ * model, where the kernel harness had misled (the R1-shape BF16 file,
+ * `dsr1 bench --prompt 1 --gen 16|32`, builds in separate processes
+ * rotated, AMD EPYC Zen 4, 2 threads; runs split by the decode speed's
+ * two clusters, the machine's memory spells): against the 4-row fused
+ * tile, this build, 10 rounds: slow-cluster medians 5.65 -> 6.12 tok/s
+ * (3 and 4 runs), fast 8.05 -> 8.41 (7 and 6), ahead in 8 of 9 rounds
+ * whose two runs fell in one cluster; its prototype, 12 rounds: slow
+ * 5.94 -> 6.02 (10 and 9 runs), fast 8.09 -> 8.61 (2 and 3), 7 of 9. The same
+ * eight rows without the prefetch: even (6.01 and 7.99). One row at a
+ * time lost (fast cluster 8.46-8.76 -> 7.98-8.44, 5 of 6 rounds), and
+ * with load32's conversion kept, clearly (5.86-6.26 -> 4.87-5.69). */
+#define BF16_GV_ROWS 8
+INLINE void bf16_gemv_rows(const int rt, const uint16_t *w, int64_t cols, const uint16_t *xb,
+                           float *y)
+{
+    float tot[BF16_GV_ROWS] = {0};
+    for (int64_t c0 = 0; c0 < cols; c0 += DSR1_MM_KC_BF16) {
+        const int64_t len = cols - c0 < DSR1_MM_KC_BF16 ? cols - c0 : DSR1_MM_KC_BF16;
+        __m512 acc[BF16_GV_ROWS];
+#pragma GCC unroll 8
+        for (int a = 0; a < rt; a++) acc[a] = _mm512_setzero_ps();
+        for (int64_t k = c0; k < c0 + len; k += 32) {
+            const __m512bh xv = (__m512bh)_mm512_loadu_si512(xb + k);
+#pragma GCC unroll 8
+            for (int a = 0; a < rt; a++) {
+                const uint16_t *p = w + a * cols + k;
+                _mm_prefetch((const char *)p + TILE_PF, _MM_HINT_T1);
+                acc[a] = _mm512_dpbf16_ps(acc[a], (__m512bh)_mm512_loadu_si512(p), xv);
+            }
+        }
+#pragma GCC unroll 8
+        for (int a = 0; a < rt; a++) {
+            float o = hsum16(acc[a]);
+            tot[a] = c0 == 0 ? o : tot[a] + o; /* add_chunk's order */
+        }
+    }
+    for (int a = 0; a < rt; a++) y[a] = tot[a];
+}
+
+/* Rows [r0, r1) of a BF16 matrix with cols a multiple of 32, n = 1. */
+static void bf16_gemv(const dsr1_mm_job *j, int64_t r0, int64_t r1)
+{
+    const uint16_t *w = j->w->data;
+    const int64_t cols = j->w->cols;
+    int64_t r = r0;
+    for (; r + BF16_GV_ROWS <= r1; r += BF16_GV_ROWS)
+        bf16_gemv_rows(BF16_GV_ROWS, w + r * cols, cols, j->xb, j->y + r);
+    for (; r < r1; r++) bf16_gemv_rows(1, w + r * cols, cols, j->xb, j->y + r);
+}
+
 /* F32 and BF16 modes (see the file comment). Up to 4 tokens, whole 4-row
  * tiles go through the fused kernel; everything else through panels: in
  * BF16 mode with the task's scratch, DSR1_MM_BIG_PANEL rows (each 6-token
@@ -1386,6 +1444,10 @@ static void panel_chunk(const dsr1_mm_job *j, int64_t r, int pr, int64_t c0, int
 static void rows_float(const dsr1_mm_job *j, int64_t r0, int64_t r1, int bf)
 {
     const dsr1_wmat *w = j->w;
+    if (bf && j->n == 1 && w->type == DSR1_T_BF16 && w->cols % 32 == 0) {
+        bf16_gemv(j, r0, r1);
+        return;
+    }
     const int64_t kc = bf ? DSR1_MM_KC_BF16 : DSR1_MM_KC_F32;
     /* One buffer serves both: 16 rows x 1024 f32 = 16 rows x 2048 bf16. */
     _Alignas(64) float buf[PANEL * DSR1_MM_KC_F32];

@@ -1,0 +1,70 @@
+/*
+ * test_kernels_gemv.c - the one-token GEMVs on the shapes a model gives
+ * them and test_kernels.c's odd shapes do not: BF16 weights with rows a
+ * multiple of 32 wide (every BF16 matrix of DeepSeek's), which take
+ * matmul_avx512.c's eight-row bf16_gemv at n = 1 in BF16 mode. Its order
+ * must be the canonical one of kernels.h: the same bits as the portable
+ * kernel, and as each token inside a batch (the many-token panels), with
+ * one thread or two.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/matmul_impl.h"
+#include "core/numeric.h"
+#include "mat_util.h"
+#include "test.h"
+
+/* rows x cols BF16, n tokens: dsr1_matmul at n = 1 (each token alone, one
+ * thread and two) against the portable kernel and against the batch. */
+static void check_bf16_gemv(dsr1_test_ctx *t, dsr1_pool *pool, int64_t rows, int64_t cols)
+{
+    enum { N = 7 };
+    const int64_t ldx = cols + 32; /* x rows apart by more than cols */
+    tmat m = dsr1_test_mat(DSR1_T_BF16, rows, cols, 0, 40 + (uint64_t)cols);
+    rng g = {cols};
+    float *x = malloc((size_t)(N * ldx) * sizeof *x);
+    for (int64_t i = 0; i < N * ldx; i++) x[i] = dsr1_test_frand(&g, -2, 2);
+    x[3] = 0.0f, x[7] = -0.0f, x[11] = 1e-40f, x[13] = 37.0f; /* zero, a denormal, a large value */
+    float *port = malloc((size_t)(N * rows) * sizeof *port), *batch = malloc((size_t)(N * rows) * sizeof *batch);
+    float *one = malloc((size_t)(rows + 1) * sizeof *one);
+    dsr1_matmul_with(NULL, &m.w, x, ldx, port, rows, N, DSR1_ACT_BF16, DSR1_MM_PORTABLE);
+    dsr1_matmul(pool, &m.w, x, ldx, batch, rows, N, DSR1_ACT_BF16);
+    CHECKF(!memcmp(batch, port, (size_t)(N * rows) * sizeof *port), "%lldx%lld BF16 n=%d: panels differ from portable",
+           (long long)rows, (long long)cols, N);
+    for (int tok = 0; tok < N; tok++)
+        for (int threads = 1; threads <= 2; threads++) {
+            one[rows] = 12345.0f; /* past the last row: must stay */
+            dsr1_matmul(threads == 2 ? pool : NULL, &m.w, x + tok * ldx, ldx, one, rows, 1, DSR1_ACT_BF16);
+            int bad = 0;
+            for (int64_t r = 0; r < rows; r++) bad += memcmp(&one[r], &port[tok * rows + r], sizeof *one) != 0;
+            CHECKF(bad == 0, "%lldx%lld BF16 token %d alone (%d thread%s): %d of %lld rows differ from portable",
+                   (long long)rows, (long long)cols, tok, threads, threads == 2 ? "s" : "", bad, (long long)rows);
+            CHECKF(one[rows] == 12345.0f, "%lldx%lld BF16 token %d: wrote past the last row", (long long)rows,
+                   (long long)cols, tok);
+        }
+    free(x);
+    free(port);
+    free(batch);
+    free(one);
+    dsr1_test_mat_free(&m);
+}
+
+/* 45 rows: five blocks of eight and a ragged five. 4160 columns: two whole
+ * 2048-column chunks and a third of 64, each summed apart (a kernel that
+ * ran the row as one sum, or cut other chunks, gives other bits); 96: one
+ * short chunk; 128: MLA's per-head width. */
+DSR1_TEST(kernels_bf16_gemv_matches_portable)
+{
+    if (!dsr1_mm_avx512_usable())
+        DSR1_SKIP("no AVX-512 BF16/VNNI kernels on this CPU: %s", "the eight-row BF16 GEMV under test does not run");
+    dsr1_pool *pool = NULL;
+    dsr1_error err = {0};
+    CHECK_OK(dsr1_pool_create(&pool, 2, &err), &err);
+    check_bf16_gemv(t, pool, 45, 4160);
+    check_bf16_gemv(t, pool, 45, 96);
+    check_bf16_gemv(t, pool, 19, 128);
+    dsr1_pool_free(pool);
+}
