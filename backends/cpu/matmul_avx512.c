@@ -14,7 +14,9 @@
  *   tokens. Whole 4-row bf16 tiles reduce their accumulators four to a
  *   register (hsum16x4) and add into y one vector per token. BF16
  *   weights in BF16 mode skip the panels up to FUSED_BF_N tokens: the
- *   register GEMV, 6 tokens at a time over each 4-row tile.
+ *   register GEMV, 6 tokens at a time over each 4-row tile; one token,
+ *   rows a multiple of 32 wide (decode): eight rows side by side, the
+ *   weights loaded as the dot product's operand (bf16_gemv).
  *   INT8 mode (W8A8): vpdpbusd straight from the packed weights, lanes as
  *   columns (up to 4 tokens in registers, more through 16-row panels;
  *   rows of at most 256 columns four at a time: gemv_i8_short4);
