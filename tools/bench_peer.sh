@@ -226,9 +226,9 @@ for t in $TYPES; do
                         say "dsr1 fp8 --fp8-prefill bf16 round $r failed"
                 fi ;;
             llama)
-                if [ -n "$LL" ]; then x=$(run_llama "$LL" "$g") && echo "llama $t $x $r $b $(probe)" >>"$RUNS" || say "llama.cpp $q round $r failed"; fi ;;
+                x=$(run_llama "$LL" "$g") && echo "llama $t $x $r $b $(probe)" >>"$RUNS" || say "llama.cpp $q round $r failed" ;;
             ik)
-                if [ -n "$IK" ]; then x=$(run_llama "$IK" "$g" -mla 3 -fmoe 1) && echo "ik $t $x $r $b $(probe)" >>"$RUNS" || say "ik_llama.cpp $q round $r failed"; fi ;;
+                x=$(run_llama "$IK" "$g" -mla 3 -fmoe 1) && echo "ik $t $x $r $b $(probe)" >>"$RUNS" || say "ik_llama.cpp $q round $r failed" ;;
             esac
         done
     done

@@ -23,9 +23,10 @@
 # the two sides' medians are 1.25x apart or more; otherwise the machine
 # held one state ("one"). Not the widest gap between neighbours: probes
 # caught while the spell changed fill the gap with values in between
-# (the 19:12 BF16 run: 33-61 GB/s with no step of 1.25x). A run both of whose probes fall on one side has that state; a
-# run whose probes straddle the split (the spell changed during it) and
-# runs without probes (the old five-field lines) are left out.
+# (the 19:12 BF16 run: 33-61 GB/s with no step of 1.25x). A run both of
+# whose probes fall on one side has that state; a run whose probes
+# straddle the split (the spell changed during it) and runs without
+# probes (the old five-field lines) are left out.
 #
 # Prints, per state dsr1 and the peer both have runs in, "STATE RATIO
 # (N/M)": the ratio of dsr1's median in column k (3 prefill, 4 decode) of

@@ -111,4 +111,14 @@ out2=$(DSR1="$TMPDIR/dsr1" W="$W" CKPT="$TMPDIR/ckpt" LLAMA_SRC="$TMPDIR/src" IK
     TYPES=bf16 ROUNDS=1 KEEP=1 PYTHON=$(command -v python3) sh "$HERE/tools/bench_peer.sh" 2>"$TMPDIR/err2")
 [ "$(echo "$out2" | grep "^LM heads:")" = "LM heads: bf16: BF16 on every side" ] ||
     { echo "FAIL: the LM heads line of a BF16 run"; echo "$out2"; cat "$TMPDIR/err2"; fail=1; }
+# a peer not given (no IK_SRC): never run, no probe taken for it, "-" in its column
+iks=$(grep -c '^ik$' "$LOG"); bw0=$(cat "$LOG.bw")
+out3=$(DSR1="$TMPDIR/dsr1" W="$W" CKPT="$TMPDIR/ckpt" LLAMA_SRC="$TMPDIR/src" \
+    TYPES=int8 ROUNDS=2 KEEP=1 PYTHON=$(command -v python3) sh "$HERE/tools/bench_peer.sh" 2>"$TMPDIR/err3")
+[ "$(grep -c '^ik$' "$LOG")" = "$iks" ] || { echo "FAIL: ik_llama.cpp ran without IK_SRC"; fail=1; }
+[ "$(awk '{ printf "%s%s ", $1, $5 }' "$W/runs.txt")" = "dsr11 llama1 llama2 dsr12 " ] ||
+    { echo "FAIL: runs.txt without IK_SRC"; cat "$W/runs.txt"; fail=1; }
+[ $(($(cat "$LOG.bw") - bw0)) = 8 ] || { echo "FAIL: probes without IK_SRC: $(($(cat "$LOG.bw") - bw0)), want 8"; fail=1; }
+[ "$(echo "$out3" | grep "^tg32 int8 vs q8_0 " | head -1 | tr -s ' ')" = "tg32 int8 vs q8_0 20.00 10.00 - 2.00 -" ] ||
+    { echo "FAIL: the decode row without IK_SRC"; echo "$out3"; cat "$TMPDIR/err3"; fail=1; }
 exit $fail
