@@ -59,7 +59,9 @@ static int cpu_create(const dsr1_backend_options *o, void **out, dsr1_error *err
     d->fp8_w8a8 = !d->deterministic && !(o && o->fp8_bf16);
     d->fast_gemm = !d->deterministic && dsr1_dnnl_usable();
     d->amx = d->fast_gemm && dsr1_dnnl_has_amx();
-    d->mode = d->fast_gemm ? (d->amx ? "fast: w8a8 on amx tiles, onednn amx for bf16"
+    /* The banner names what FP8 runs as in every fast mode (tests grep it). */
+    d->mode = d->fast_gemm ? (d->amx ? (d->fp8_w8a8 ? "fast: fp8 w8a8 and int8 on amx tiles, onednn amx for bf16"
+                                                    : "fast: int8 w8a8 on amx tiles, fp8 bf16 and bf16 on onednn amx")
                               : d->fp8_w8a8 ? "fast: onednn avx512-bf16 prefill, fp8 w8a8"
                                             : "fast: onednn avx512-bf16 prefill, fp8 bf16")
               : o && o->deterministic ? "deterministic"
