@@ -1,12 +1,17 @@
 /*
  * test_amx.c - W8A8 on AMX tiles (backends/cpu/matmul_amx_avx512.c) gives
  * the VNNI kernels' bits and so the portable kernel's: INT8 weights with
- * one scale per row (DSR1_ACT_INT8) and FP8 as W8A8 (DSR1_ACT_INT8_FAST),
+ * one scale per row (DSR1_ACT_INT8), FP8 as W8A8 (DSR1_ACT_INT8_FAST) and
+ * INT4 as W4A8 with groups of 128 (DSR1_ACT_INT8),
  * on shapes that leave work to the VNNI kernels (a stripe under 32 rows,
  * n mod 32 tokens), one and several 512-column chunks, a last 128-column
- * group of 64, more than one 192-token block; pools of 1 and 3 threads;
- * every 11th INT8 token alone equals itself in the batch. On a CPU without
- * AMX every test skips and says so: there is nothing to compare.
+ * group of 64, more than one 256-token block, tasks of 2 to 4 stripes
+ * run together and a group of 4 followed by a shorter one (520 rows: one
+ * thread's tasks are 144 rows of INT8, 160 of FP8 requantised 128 then
+ * 32); pools of 1 and 3 threads; every 11th INT8 and INT4 token alone
+ * equals itself in the batch; the tiles ran (the pool's count) wherever a task
+ * holds 32 rows and 32 tokens. On a CPU without AMX every test skips and
+ * says so: there is nothing to compare.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -35,9 +40,9 @@ static const char *no_amx(void)
     return NULL;
 }
 
-static void amx_matches(dsr1_test_ctx *t, dsr1_type type, dsr1_act act, uint64_t seed)
+static void amx_matches(dsr1_test_ctx *t, dsr1_type type, int variant, dsr1_act act, uint64_t seed)
 {
-    static const int64_t shapes[][2] = {{32, 64}, {64, 576}, {77, 2048}, {96, 1216}};
+    static const int64_t shapes[][2] = {{32, 64}, {64, 576}, {77, 2048}, {96, 1216}, {520, 640}};
     static const int ns[] = {32, 33, 63, 64, 200, 416};
     static const int threads[] = {1, 3};
     const int NMAX = 416;
@@ -47,9 +52,9 @@ static void amx_matches(dsr1_test_ctx *t, dsr1_type type, dsr1_act act, uint64_t
         CHECK_OK(dsr1_pool_create(&pool, threads[pi], &err), &err);
         if (!pool) return;
         CHECKF(dsr1_pool_amx(pool), "the CPU has AMX but the pool does not use it");
-        for (int si = 0; si < 4; si++) {
+        for (int si = 0; si < 5; si++) {
             int64_t rows = shapes[si][0], cols = shapes[si][1], ldx = cols + 7;
-            tmat m = dsr1_test_mat(type, rows, cols, 0, seed + (uint64_t)si);
+            tmat m = dsr1_test_mat(type, rows, cols, variant, seed + (uint64_t)si);
             float *x = make_x(NMAX, ldx, seed + 100 + (uint64_t)si);
             size_t yb = (size_t)NMAX * (size_t)rows * 4;
             float *amx = malloc(yb), *vnni = malloc(yb), *port = malloc(yb), *one = malloc((size_t)rows * 4);
@@ -57,7 +62,11 @@ static void amx_matches(dsr1_test_ctx *t, dsr1_type type, dsr1_act act, uint64_t
                 int n = ns[ni];
                 size_t bytes = (size_t)n * (size_t)rows * 4;
                 memset(amx, 0xff, yb); /* NaN: an output AMX forgot stays visible */
+                const uint64_t runs = dsr1_pool_amx_runs(pool);
                 dsr1_matmul(pool, &m.w, x, ldx, amx, rows, n, act);
+                if (rows >= 32 * 4 * threads[pi]) /* tasks of 32 rows or more (matmul.c's task_rows) */
+                    CHECKF(dsr1_pool_amx_runs(pool) > runs, "%s %lldx%lld n=%d, %d threads: the tiles never ran",
+                           m.what, (long long)rows, (long long)cols, n, threads[pi]);
                 dsr1_matmul_noamx(pool, &m.w, x, ldx, vnni, rows, n, act);
                 dsr1_matmul_with(NULL, &m.w, x, ldx, port, rows, n, act, DSR1_MM_PORTABLE);
                 CHECKF(!memcmp(amx, vnni, bytes), "%s %lldx%lld n=%d, %d threads: AMX differs from VNNI",
@@ -65,7 +74,7 @@ static void amx_matches(dsr1_test_ctx *t, dsr1_type type, dsr1_act act, uint64_t
                 CHECKF(!memcmp(amx, port, bytes), "%s %lldx%lld n=%d, %d threads: AMX differs from portable",
                        m.what, (long long)rows, (long long)cols, n, threads[pi]);
                 int bad = 0; /* FP8 alone runs bf16: W8A8 starts at DSR1_MM_RQ_MIN_N */
-                for (int tok = 0; tok < n && type == DSR1_T_INT8; tok += 11) {
+                for (int tok = 0; tok < n && type != DSR1_T_FP8_E4M3; tok += 11) {
                     dsr1_matmul_with(NULL, &m.w, x + tok * ldx, ldx, one, rows, 1, act, DSR1_MM_PORTABLE);
                     bad += memcmp(one, amx + (size_t)tok * (size_t)rows, (size_t)rows * 4) != 0;
                 }
@@ -87,12 +96,22 @@ DSR1_TEST(amx_int8_matches_vnni_and_portable)
 {
     const char *why = no_amx();
     if (why) DSR1_SKIP("%s: no AMX kernels to compare", why);
-    amx_matches(t, DSR1_T_INT8, DSR1_ACT_INT8, 900);
+    amx_matches(t, DSR1_T_INT8, 0, DSR1_ACT_INT8, 900);
 }
 
 DSR1_TEST(amx_fp8_w8a8_matches_vnni_and_portable)
 {
     const char *why = no_amx();
     if (why) DSR1_SKIP("%s: no AMX kernels to compare", why);
-    amx_matches(t, DSR1_T_FP8_E4M3, DSR1_ACT_INT8_FAST, 950);
+    amx_matches(t, DSR1_T_FP8_E4M3, 0, DSR1_ACT_INT8_FAST, 950);
+}
+
+/* INT4 with groups of 128, bf16 and f16 scales (W4A8 on the tiles; the
+ * shapes whose columns are not whole groups run bf16 on every side). */
+DSR1_TEST(amx_int4_w4a8_matches_lanes_and_portable)
+{
+    const char *why = no_amx();
+    if (why) DSR1_SKIP("%s: no AMX kernels to compare", why);
+    amx_matches(t, DSR1_T_INT4, 1, DSR1_ACT_INT8, 970);
+    amx_matches(t, DSR1_T_INT4, 2, DSR1_ACT_INT8, 990);
 }

@@ -167,6 +167,9 @@ double dsr1_matmul_peak_gflops(dsr1_pool *p, dsr1_act act);
  * permission). dsr1_matmul_noamx is dsr1_matmul without them (the VNNI
  * kernels, the same bits): what `dsr1 bench kernels` compares with. */
 int dsr1_pool_amx(const dsr1_pool *p);
+/* How many times the AMX kernels ran their tiles in this pool (tests check
+ * that the tile path ran, not only the VNNI kernels it leaves work to). */
+uint64_t dsr1_pool_amx_runs(dsr1_pool *p);
 /* Whether matmuls run on p leave the INT8 row GEMV's weight stream to the
  * hardware prefetcher (1) or ask for lines ahead (0, the default): speed
  * only, never a value (backends/cpu/pftune.h chooses while decoding). */

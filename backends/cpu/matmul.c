@@ -331,7 +331,7 @@ typedef struct mm_task {
     int avx2;                /* rows is the AVX2 kernel */
 } mm_task;
 
-/* Rows [r0, r1) of j. An rq job requantises them DSR1_MM_RQ_ROWS at a time
+/* Rows [r0, r1) of j. An rq job requantises them rq_rows at a time
  * into its task memory (the scales, then the codes) and runs the INT8
  * kernels on that as a one-scale-per-row INT8 matrix. */
 static void run_rows(const mm_task *mt, const dsr1_mm_job *j, int64_t r0, int64_t r1)
@@ -341,12 +341,12 @@ static void run_rows(const mm_task *mt, const dsr1_mm_job *j, int64_t r0, int64_
         return;
     }
     float *sc = j->task_mem;
-    const int64_t cols = j->w->cols, ng = j->ldg;
-    int8_t *q = (int8_t *)j->task_mem + DSR1_MM_RQ_ROWS * ng * sizeof(float);
-    for (int64_t r = r0; r < r1; r += DSR1_MM_RQ_ROWS) {
-        int64_t pr = r1 - r < DSR1_MM_RQ_ROWS ? r1 - r : DSR1_MM_RQ_ROWS;
+    const int64_t cols = j->w->cols, ng = j->ldg, rqr = j->rq_rows;
+    int8_t *q = (int8_t *)j->task_mem + rqr * ng * sizeof(float);
+    for (int64_t r = r0; r < r1; r += rqr) {
+        int64_t pr = r1 - r < rqr ? r1 - r : rqr;
         /* tokens in lanes: the blocks' code sums after the codes */
-        int32_t *wsum = j->xt ? (int32_t *)(q + DSR1_MM_RQ_ROWS * cols) : NULL;
+        int32_t *wsum = j->xt ? (int32_t *)(q + rqr * cols) : NULL;
         for (int64_t a = 0; a < pr; a++) {
             if (mt->avx)
                 dsr1_mm_fp8_requant_row_avx512(j->w, r + a, q + a * cols, sc + a * ng, wsum ? wsum + a * ng : NULL,
@@ -363,10 +363,10 @@ static void run_rows(const mm_task *mt, const dsr1_mm_job *j, int64_t r0, int64_
         tj.wsum = wsum;
         /* the next rows' FP8 bytes come into L2 during these rows' tiles, so
          * their requantisation reads L2, not DRAM at one row's pace */
-        tj.pf_rows = (int)(r1 - (r + pr) < DSR1_MM_RQ_ROWS ? r1 - (r + pr) : DSR1_MM_RQ_ROWS);
+        tj.pf_rows = (int)(r1 - (r + pr) < rqr ? r1 - (r + pr) : rqr);
         tj.pf = tj.pf_rows > 0 ? (const char *)j->w->data + (r + pr) * cols : NULL;
         /* the AVX2 kernel's interleaved copy goes after the codes */
-        tj.task_mem = mt->avx2 ? q + DSR1_MM_RQ_ROWS * cols : NULL;
+        tj.task_mem = mt->avx2 ? q + rqr * cols : NULL;
         mt->rows(&tj, 0, pr);
     }
 }
@@ -379,6 +379,7 @@ static void run_task(void *ctx, int task, int ntasks)
     int64_t r0 = task * mt->rows_per_task, r1 = r0 + mt->rows_per_task;
     if (r1 > j.w->rows) r1 = j.w->rows;
     j.task_mem = mt->task_mem ? mt->task_mem + (size_t)task * j.task_bytes : NULL;
+    j.amx_mem = j.task_mem && j.amx_bytes ? (char *)j.task_mem + j.task_bytes - j.amx_bytes : NULL;
     run_rows(mt, &j, r0, r1);
     if (!mt->up) return;
     dsr1_mm_job u = *mt->up;
@@ -471,7 +472,8 @@ static void call_setup(mm_call *c, dsr1_pool *p, const dsr1_wmat *w, const dsr1_
 {
     int rq;
     const dsr1_act ea = effective_act(act, w, n, dsr1_mm_rq_min_n(p), &rq);
-    dsr1_mm_job j = {.w = w, .n = n, .act = ea, .x = x, .ldx = ldx, .y = y, .ldy = ldy, .rq = rq};
+    dsr1_mm_job j = {.w = w, .n = n, .act = ea, .x = x, .ldx = ldx, .y = y, .ldy = ldy, .rq = rq,
+                     .rq_rows = DSR1_MM_RQ_ROWS};
     j.ldxb = (w->cols + 31) & ~(int64_t)31;
     j.ldxq = (w->cols + 63) & ~(int64_t)63;
     j.ldxp = (w->cols + 127) & ~(int64_t)127;
@@ -486,6 +488,16 @@ static void call_setup(mm_call *c, dsr1_pool *p, const dsr1_wmat *w, const dsr1_
     j.b16l = c->avx && act == DSR1_ACT_INT8_FAST && ea == DSR1_ACT_BF16 && w->type == DSR1_T_BF16 &&
              n >= DSR1_MM_B16L_MIN_N && w->cols % 32 == 0;
     if (j.b16l) j.ldxb += 32; /* x rows off 4 KiB strides: a tile's 6 rows in 6 L1 sets */
+    j.amx = c->avx && p && k != DSR1_MM_AVX512_NOAMX && n >= DSR1_MM_AMX_MIN_N && dsr1_pool_amx(p);
+    /* W8A8 and W4A8 on AMX (the conditions of dsr1_mm_rows_avx512 and
+     * dsr1_mm_rows_w4a8_avx512): its panels and accumulators in the task
+     * memory, and an rq job's requantised rows enough for all the stripes
+     * the kernel takes at once */
+    const int amx_w8a8 = j.amx && ea == DSR1_ACT_INT8 && w->cols % 64 == 0 &&
+                         (rq || (w->type == DSR1_T_INT8 && w->group == 0) ||
+                          (w->type == DSR1_T_INT4 && w->group == 128 && n > 8));
+    if (amx_w8a8 && rq) j.rq_rows = DSR1_MM_RQ_ROWS * DSR1_MM_AMX_STRIPES;
+    if (amx_w8a8) j.amx_runs = dsr1_pool_amx_counter(p);
     /* FP8 in BF16 mode: x' of a scale block, all columns for up to
      * DSR1_MM_FP8_GV tokens (GEMV), else one chunk for a block of tokens;
      * the AVX2 kernel's x' is float32, 4 tokens at a time. */
@@ -500,12 +512,15 @@ static void call_setup(mm_call *c, dsr1_pool *p, const dsr1_wmat *w, const dsr1_
     else if (j.act == DSR1_ACT_INT8 && w->type == DSR1_T_INT4 && c->avx2 && n > 4 && w->group % 32 == 0)
         j.task_bytes = 16 * ((size_t)w->cols + (size_t)(w->cols / w->group) * sizeof(float)); /* 16 rows' codes */
     else if (j.rq) /* the requantised rows: scales, codes (AVX2: twice, the second interleaved) */
-        j.task_bytes = DSR1_MM_RQ_ROWS * ((size_t)j.ldg * sizeof(float) + (size_t)w->cols) * (c->avx2 ? 2 : 1) +
-                       (c->avx ? DSR1_MM_RQ_ROWS * (size_t)j.ldg * sizeof(int32_t) : 0); /* code sums */
+        j.task_bytes = (size_t)j.rq_rows * ((size_t)j.ldg * sizeof(float) + (size_t)w->cols) * (c->avx2 ? 2 : 1) +
+                       (c->avx ? (size_t)j.rq_rows * (size_t)j.ldg * sizeof(int32_t) : 0); /* code sums */
     j.task_bytes = (j.task_bytes + 63) & ~(size_t)63;
+    if (amx_w8a8) {
+        j.amx_bytes = (dsr1_mm_amx_task_bytes() + 63) & ~(size_t)63;
+        j.task_bytes += j.amx_bytes;
+    }
     int64_t per = task_rows(&j, dsr1_pool_size(p));
     c->ntasks = (int)((w->rows + per - 1) / per);
-    j.amx = c->avx && p && k != DSR1_MM_AVX512_NOAMX && n >= DSR1_MM_AMX_MIN_N && dsr1_pool_amx(p);
     c->bytes = (dsr1_mm_prep_bytes(&j, c->avx) + 63) & ~(size_t)63;
     c->tmp_bytes = up ? ((size_t)n * (size_t)w->rows * sizeof(float) + 63) & ~(size_t)63 : 0;
     c->total = c->bytes + c->tmp_bytes + (size_t)c->ntasks * j.task_bytes;

@@ -24,6 +24,19 @@
  * What AMX does not take: stripes of fewer than 32 rows and the last
  * n mod 32 tokens go to the VNNI kernels (same bits), so any shape works.
  *
+ * Order. A task builds the code panels of DSR1_MM_AMX_STRIPES stripes of
+ * 32 rows for a chunk of AMX_KC columns (64 KB, L2), then takes x 32
+ * tokens at a time and runs that block (16 KB of x) against every stripe
+ * before the next block, so x comes from L2 or L3 once and from L1 for
+ * the other stripes. The accumulators of all stripes and AMX_TB tokens
+ * live in the task's memory between chunks (dsr1_mm_amx_task_bytes).
+ * Why: with one stripe at a time the loads of x were the kernel's stall
+ * (its samples sat on the x tile loads, and with x kept in L1 as an
+ * experiment the kernel ran ~1.5x); alternated in one process (Emerald
+ * Rapids, 2 threads, 512 tokens) four stripes ran 1.22-1.35x one stripe
+ * on 2048x7168 and 1.04-1.14x on 7168x2048, two 1.19-1.23x and 1.02-1.09x,
+ * eight no better than four.
+ *
  * The tile instructions are written as inline asm with memory clobbers,
  * not GCC's intrinsics: those are asm statements that do not tell the
  * compiler they read or write memory, and the tile configuration lives in
@@ -37,8 +50,22 @@
 #include <string.h>
 
 /* The panel geometry the VNNI kernels use (matmul_lanes_avx512.c). */
-#define AMX_TB 192     /* tokens per block: a multiple of 32 */
+#define AMX_TB 256     /* tokens per block: a multiple of 32 */
 #define AMX_KC 512     /* columns per panel chunk */
+#define AMX_SG DSR1_MM_AMX_STRIPES
+
+/* The task memory: code panels [stripe][32 x AMX_KC], accumulators
+ * [stripe][AMX_TB tokens][32 rows] (int32 or float), FP8's chunk scales
+ * [stripe][group][32 rows] and two groups' tile sums. */
+#define AMX_CODES_BYTES ((size_t)AMX_SG * 32 * AMX_KC)
+#define AMX_ACC_BYTES ((size_t)AMX_SG * AMX_TB * 32 * 4)
+#define AMX_WS_BYTES ((size_t)AMX_SG * (AMX_KC / DSR1_MM_XG) * 32 * 4)
+#define AMX_CB_BYTES ((size_t)2 * 32 * 32 * 4)
+
+size_t dsr1_mm_amx_task_bytes(void)
+{
+    return AMX_CODES_BYTES + AMX_ACC_BYTES + AMX_WS_BYTES + AMX_CB_BYTES;
+}
 
 /* ldtilecfg's 64 bytes: palette 1, tiles 0-7 of 16 rows x 64 bytes. */
 typedef struct amx_cfg {
@@ -117,6 +144,8 @@ static dsr1_mm_job tail_job(const dsr1_mm_job *j, int t)
     if (j->xsum) s.xsum = j->xsum + t;
     if (j->xgs) s.xgs = j->xgs + t * j->ldg;
     if (j->xgc) s.xgc = j->xgc + t * j->ldg;
+    if (j->xp) s.xp = j->xp + t * j->ldxp;
+    if (j->xg) s.xg = j->xg + t * j->ldxg;
     return s;
 }
 
@@ -135,37 +164,47 @@ static void leftovers(const dsr1_mm_job *j, int64_t r0, int64_t rf, int64_t r1, 
 void dsr1_mm_rows_int8_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1)
 {
     const dsr1_wmat *w = j->w;
-    _Alignas(64) uint8_t codes[32 * AMX_KC];  /* the chunk's code panel, 16 KB */
-    _Alignas(64) int32_t iacc[AMX_TB * 32];   /* [token of the block][row] */
+    uint8_t *codes = j->amx_mem;                                  /* [stripe][32 x AMX_KC] */
+    int32_t *iacc = (int32_t *)((char *)j->amx_mem + AMX_CODES_BYTES); /* [stripe][token][row] */
     const float *sw = (const float *)w->scale; /* one per row */
-    const int na = j->n & ~31;
+    const int na = j->amx_mem ? j->n & ~31 : 0; /* no task memory: all to the VNNI kernel */
     const int64_t rf = r0 + (r1 - r0) / 32 * 32;
-    if (na && rf > r0) T_CFG(&amx_16x64);
-    for (int64_t r = r0; r < rf && na; r += 32) {
+    if (na && rf > r0) {
+        T_CFG(&amx_16x64);
+        if (j->amx_runs) __atomic_fetch_add(j->amx_runs, 1, __ATOMIC_RELAXED);
+    }
+    for (int64_t r = r0; r < rf && na; r += 32 * AMX_SG) {
+        const int ns = (int)((rf - r) / 32 < AMX_SG ? (rf - r) / 32 : AMX_SG);
         for (int t0 = 0; t0 < na; t0 += AMX_TB) {
             const int nb = na - t0 < AMX_TB ? na - t0 : AMX_TB;
             for (int64_t c0 = 0; c0 < w->cols; c0 += AMX_KC) {
                 const int64_t len = w->cols - c0 < AMX_KC ? w->cols - c0 : AMX_KC;
-                dsr1_mm_i8l_panel(w, r, 32, 2, c0, len, codes);
+                for (int s = 0; s < ns; s++) dsr1_mm_i8l_panel(w, r + 32 * s, 32, 2, c0, len, codes + s * 32 * AMX_KC);
                 for (int b0 = 0; b0 < nb; b0 += 32) {
-                    int32_t *acc = iacc + b0 * 32;
-                    if (c0) c_load(acc);
-                    else c_zero();
                     const int8_t *xq = j->xq + (t0 + b0) * j->ldxq + c0;
-                    for (int64_t k = 0; k < len; k += 64) dp_step(xq + k, j->ldxq, codes + k / 4 * 128);
-                    c_store(acc);
+                    for (int s = 0; s < ns; s++) {
+                        const uint8_t *cs = codes + s * 32 * AMX_KC;
+                        int32_t *acc = iacc + ((int64_t)s * AMX_TB + b0) * 32;
+                        if (c0) c_load(acc);
+                        else c_zero();
+                        for (int64_t k = 0; k < len; k += 64) dp_step(xq + k, j->ldxq, cs + k / 4 * 128);
+                        c_store(acc);
+                    }
                 }
             }
             /* y = (dot - 128 sum x) * s_x * s_w, the VNNI kernel's steps */
-            for (int b = 0; b < nb; b++)
-                for (int h = 0; h < 2; h++) {
-                    const __m512i d = _mm512_sub_epi32(_mm512_load_si512(iacc + b * 32 + h * 16),
-                                                       _mm512_set1_epi32(128 * j->xsum[t0 + b]));
-                    const __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(d),
-                                                                 _mm512_set1_ps(j->xs[t0 + b])),
-                                                   _mm512_loadu_ps(sw + r + 16 * h));
-                    _mm512_storeu_ps(j->y + (t0 + b) * j->ldy + r + 16 * h, v);
-                }
+            for (int s = 0; s < ns; s++)
+                for (int b = 0; b < nb; b++)
+                    for (int h = 0; h < 2; h++) {
+                        const int64_t row = r + 32 * s + 16 * h;
+                        const __m512i d = _mm512_sub_epi32(
+                            _mm512_load_si512(iacc + ((int64_t)s * AMX_TB + b) * 32 + h * 16),
+                            _mm512_set1_epi32(128 * j->xsum[t0 + b]));
+                        const __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(d),
+                                                                     _mm512_set1_ps(j->xs[t0 + b])),
+                                                       _mm512_loadu_ps(sw + row));
+                        _mm512_storeu_ps(j->y + (t0 + b) * j->ldy + row, v);
+                    }
         }
     }
     if (na && rf > r0) T_RELEASE();
@@ -173,63 +212,130 @@ void dsr1_mm_rows_int8_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1)
 }
 
 /* One 128-column group's float step for 32 tokens x 32 rows: the exact
- * dots are the tiles' sums plus xc (-128 x the token's group sum of x),
- * then fa += dot x (s_w x s_x) as the VNNI kernel's mk_i8g. */
+ * dots are the tiles' sums plus xc (FP8: -128 x the token's group sum of
+ * x; W4A8: -8 x it), then fa += dot x (s_w x s_x) as the VNNI kernel's
+ * mk_i8g, or without xs (W4A8, whose x scale is one per token, applied
+ * at the end) fa += dot x s_w as mk_w4. */
 static void group_step(const int32_t *cb, const float *ws, const float *xs, const int32_t *xc,
                        int64_t ldg, float *facc)
 {
     const __m512 w0 = _mm512_load_ps(ws), w1 = _mm512_load_ps(ws + 16);
     for (int b = 0; b < 32; b++) {
         const __m512i c = _mm512_set1_epi32(xc[b * ldg]);
-        const __m512 s = _mm512_set1_ps(xs[b * ldg]);
         float *f = facc + b * 32;
+        __m512 v0 = w0, v1 = w1;
+        if (xs) {
+            const __m512 sx = _mm512_set1_ps(xs[b * ldg]);
+            v0 = _mm512_mul_ps(w0, sx);
+            v1 = _mm512_mul_ps(w1, sx);
+        }
         const __m512i d0 = _mm512_add_epi32(_mm512_load_si512(cb + b * 32), c);
         const __m512i d1 = _mm512_add_epi32(_mm512_load_si512(cb + b * 32 + 16), c);
-        _mm512_store_ps(f, _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_mul_ps(w0, s), _mm512_load_ps(f)));
-        _mm512_store_ps(f + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_mul_ps(w1, s),
-                                                _mm512_load_ps(f + 16)));
+        _mm512_store_ps(f, _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), v0, _mm512_load_ps(f)));
+        _mm512_store_ps(f + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), v1, _mm512_load_ps(f + 16)));
     }
+}
+
+/* A group whose tile sums wait in a buffer for their float step. */
+typedef struct amx_pending {
+    const int32_t *cb;
+    const float *ws, *xs;
+    const int32_t *xc;
+    float *facc;
+} amx_pending;
+
+static void pending_step(const amx_pending *q, int64_t ldg)
+{
+    if (q->cb) group_step(q->cb, q->ws, q->xs, q->xc, ldg, q->facc);
+}
+
+/* The float step of a group (64 conversions and FMAs with their loads and
+ * stores) runs on the vector units while the tile unit multiplies the
+ * next group: a group's multiplies are issued, then the previous group's
+ * float step, then the new sums are stored into the other of two buffers.
+ * The steps keep their order per output, so the bits do not change.
+ * w4: W4A8 (x is xp, the codes 0..15 with xg = -8 x the group sums of x,
+ * the panel and scales dsr1_mm_w4_panel's, y = the sums x the token's
+ * scale), else FP8 as W8A8. */
+static void rows_grouped_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1, const int w4)
+{
+    const dsr1_wmat *w = j->w;
+    char *mem = j->amx_mem;
+    uint8_t *codes = (uint8_t *)mem;                                           /* [stripe][32 x AMX_KC] */
+    float *facc = (float *)(mem + AMX_CODES_BYTES);                            /* [stripe][token][row] */
+    float *ws = (float *)(mem + AMX_CODES_BYTES + AMX_ACC_BYTES);              /* [stripe][group][row] */
+    int32_t *cb = (int32_t *)(mem + AMX_CODES_BYTES + AMX_ACC_BYTES + AMX_WS_BYTES); /* [2][32 x 32] */
+    const float *sw = (const float *)w->scale;                                 /* FP8: [row][group] */
+    const int64_t gpc = AMX_KC / DSR1_MM_XG;                                   /* groups a chunk */
+    const int8_t *x = w4 ? j->xp : j->xq;
+    const int64_t ldx = w4 ? j->ldxp : j->ldxq, ldc = w4 ? j->ldxg : j->ldg;
+    _Static_assert(AMX_KC % DSR1_MM_XG == 0 && DSR1_MM_XG % 64 == 0, "whole groups of tile steps");
+    const int na = mem ? j->n & ~31 : 0; /* no task memory: all to the VNNI kernel */
+    const int64_t rf = r0 + (r1 - r0) / 32 * 32;
+    if (na && rf > r0) {
+        T_CFG(&amx_16x64);
+        if (j->amx_runs) __atomic_fetch_add(j->amx_runs, 1, __ATOMIC_RELAXED);
+    }
+    for (int64_t r = r0; r < rf && na; r += 32 * AMX_SG) {
+        const int ns = (int)((rf - r) / 32 < AMX_SG ? (rf - r) / 32 : AMX_SG);
+        for (int t0 = 0; t0 < na; t0 += AMX_TB) {
+            const int nb = na - t0 < AMX_TB ? na - t0 : AMX_TB;
+            for (int s = 0; s < ns; s++) memset(facc + (int64_t)s * AMX_TB * 32, 0, (size_t)nb * 32 * sizeof *facc);
+            for (int64_t c0 = 0; c0 < w->cols; c0 += AMX_KC) {
+                const int64_t len = w->cols - c0 < AMX_KC ? w->cols - c0 : AMX_KC;
+                for (int s = 0; s < ns; s++) {
+                    const int64_t rs = r + 32 * s;
+                    if (w4) {
+                        dsr1_mm_w4_panel(w, rs, 32, 2, c0, len, codes + s * 32 * AMX_KC, ws + s * gpc * 32);
+                        continue;
+                    }
+                    dsr1_mm_i8l_panel(w, rs, 32, 2, c0, len, codes + s * 32 * AMX_KC);
+                    for (int64_t gi = 0; gi * DSR1_MM_XG < len; gi++)
+                        for (int i = 0; i < 32; i++)
+                            ws[(s * gpc + gi) * 32 + i] = sw[(rs + i) * j->ldg + c0 / DSR1_MM_XG + gi];
+                }
+                amx_pending q = {0}; /* ws is the chunk's: the pipe drains before the next */
+                int nbuf = 0;
+                for (int b0 = 0; b0 < nb; b0 += 32) {
+                    const int8_t *xb = x + (t0 + b0) * ldx + c0;
+                    const int64_t xo = (t0 + b0) * ldc + c0 / DSR1_MM_XG;
+                    for (int s = 0; s < ns; s++) {
+                        const uint8_t *cs = codes + s * 32 * AMX_KC;
+                        for (int64_t g0 = 0, gi = 0; g0 < len; g0 += DSR1_MM_XG, gi++) {
+                            const int64_t g1 = len - g0 < DSR1_MM_XG ? len : g0 + DSR1_MM_XG;
+                            c_zero();
+                            for (int64_t k = g0; k < g1; k += 64) dp_step(xb + k, ldx, cs + k / 4 * 128);
+                            pending_step(&q, ldc);
+                            int32_t *c = cb + nbuf * 32 * 32;
+                            c_store(c);
+                            q = (amx_pending){c, ws + (s * gpc + gi) * 32, w4 ? NULL : j->xgs + xo + gi,
+                                              (w4 ? j->xg : j->xgc) + xo + gi,
+                                              facc + ((int64_t)s * AMX_TB + b0) * 32};
+                            nbuf ^= 1;
+                        }
+                    }
+                }
+                pending_step(&q, ldc);
+            }
+            for (int s = 0; s < ns; s++)
+                for (int b = 0; b < nb; b++)
+                    for (int h = 0; h < 2; h++) {
+                        __m512 v = _mm512_load_ps(facc + ((int64_t)s * AMX_TB + b) * 32 + h * 16);
+                        if (w4) v = _mm512_mul_ps(v, _mm512_set1_ps(j->xs[t0 + b])); /* w4_store's */
+                        _mm512_storeu_ps(j->y + (t0 + b) * j->ldy + r + 32 * s + 16 * h, v);
+                    }
+        }
+    }
+    if (na && rf > r0) T_RELEASE();
+    leftovers(j, r0, rf, r1, na, w4 ? dsr1_mm_rows_w4a8_lanes_avx512 : dsr1_mm_rows_int8g_lanes_avx512);
 }
 
 void dsr1_mm_rows_int8g_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1)
 {
-    const dsr1_wmat *w = j->w;
-    _Alignas(64) uint8_t codes[32 * AMX_KC];              /* the chunk's code panel, 16 KB */
-    _Alignas(64) float ws[AMX_KC / DSR1_MM_XG * 32];      /* its scales, [group][row] */
-    _Alignas(64) float facc[AMX_TB * 32];                 /* [token of the block][row] */
-    _Alignas(64) int32_t cb[32 * 32];                     /* one group's tiles */
-    const float *sw = (const float *)w->scale;            /* [row][group] */
-    _Static_assert(AMX_KC % DSR1_MM_XG == 0 && DSR1_MM_XG % 64 == 0, "whole groups of tile steps");
-    const int na = j->n & ~31;
-    const int64_t rf = r0 + (r1 - r0) / 32 * 32;
-    if (na && rf > r0) T_CFG(&amx_16x64);
-    for (int64_t r = r0; r < rf && na; r += 32) {
-        for (int t0 = 0; t0 < na; t0 += AMX_TB) {
-            const int nb = na - t0 < AMX_TB ? na - t0 : AMX_TB;
-            memset(facc, 0, (size_t)nb * 32 * sizeof *facc);
-            for (int64_t c0 = 0; c0 < w->cols; c0 += AMX_KC) {
-                const int64_t len = w->cols - c0 < AMX_KC ? w->cols - c0 : AMX_KC;
-                dsr1_mm_i8l_panel(w, r, 32, 2, c0, len, codes);
-                for (int64_t gi = 0; gi * DSR1_MM_XG < len; gi++)
-                    for (int i = 0; i < 32; i++) ws[gi * 32 + i] = sw[(r + i) * j->ldg + c0 / DSR1_MM_XG + gi];
-                for (int b0 = 0; b0 < nb; b0 += 32) {
-                    const int8_t *xq = j->xq + (t0 + b0) * j->ldxq + c0;
-                    const int64_t xo = (t0 + b0) * j->ldg + c0 / DSR1_MM_XG;
-                    for (int64_t g0 = 0, gi = 0; g0 < len; g0 += DSR1_MM_XG, gi++) {
-                        const int64_t g1 = len - g0 < DSR1_MM_XG ? len : g0 + DSR1_MM_XG;
-                        c_zero();
-                        for (int64_t k = g0; k < g1; k += 64) dp_step(xq + k, j->ldxq, codes + k / 4 * 128);
-                        c_store(cb);
-                        group_step(cb, ws + gi * 32, j->xgs + xo + gi, j->xgc + xo + gi, j->ldg,
-                                   facc + b0 * 32);
-                    }
-                }
-            }
-            for (int b = 0; b < nb; b++)
-                for (int h = 0; h < 2; h++)
-                    _mm512_storeu_ps(j->y + (t0 + b) * j->ldy + r + 16 * h, _mm512_load_ps(facc + b * 32 + h * 16));
-        }
-    }
-    if (na && rf > r0) T_RELEASE();
-    leftovers(j, r0, rf, r1, na, dsr1_mm_rows_int8g_lanes_avx512);
+    rows_grouped_amx(j, r0, r1, 0);
+}
+
+void dsr1_mm_rows_w4a8_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1)
+{
+    rows_grouped_amx(j, r0, r1, 1);
 }

@@ -98,12 +98,18 @@ typedef struct dsr1_mm_job {
     int vbmi;                /* AVX-512 VBMI usable: FP8 decodes by byte tables
                                 (dsr1_mm_vbmi_usable(), off for DSR1_MM_AVX512_NOVBMI) */
     int rq;                  /* FP8 weights run as INT8 (DSR1_ACT_INT8_FAST): each task
-                                requantises DSR1_MM_RQ_ROWS rows at a time into its
+                                requantises rq_rows rows at a time into its
                                 task_mem (codes, a scale per row and block) and runs
                                 them with x per 128 columns (xgs) */
     const struct dsr1_mm_rq_tab *rqt; /* rq with the AVX-512 kernels: the tables, in scratch */
     int amx;                 /* W8A8 may run on AMX tiles (dsr1_pool_amx; not for
                                 DSR1_MM_AVX512_NOAMX) */
+    size_t amx_bytes;        /* the AMX kernels' share of task_bytes, at its end (0: none) */
+    void *amx_mem;           /* a task's AMX share (run_task; NULL: the VNNI kernels run) */
+    uint64_t *amx_runs;      /* the pool's count of tile runs (dsr1_pool_amx_runs),
+                                added to with __atomic builtins (this header is C++'s too) */
+    int rq_rows;             /* rows an rq task requantises at a time: DSR1_MM_RQ_ROWS,
+                                DSR1_MM_AMX_STRIPES times that for the AMX kernel */
     int hwpf;                /* the INT8 and INT4 row GEMVs without software prefetch
                                 (dsr1_pool_hwpf) */
     int b16l;                /* BF16 weights in the fast mode, AVX-512: rows in lanes
@@ -114,6 +120,11 @@ typedef struct dsr1_mm_job {
 /* Fewest tokens W8A8 takes AMX from (the tiles hold 32 tokens; the rest
  * of a call's tokens go to the VNNI kernels). */
 #define DSR1_MM_AMX_MIN_N 32
+/* Stripes of 32 rows the AMX kernels run each block of x against while it
+ * is in L1 (matmul_amx_avx512.c says why), and the task memory they use. */
+#define DSR1_MM_AMX_STRIPES 4
+size_t dsr1_mm_amx_task_bytes(void);
+uint64_t *dsr1_pool_amx_counter(dsr1_pool *p); /* pool.c */
 
 /* Tokens per block of the FP8 BF16-mode x' buffer: task_mem holds
  * [n][ldxb] bf16 for n <= DSR1_MM_FP8_GV (the GEMV), else
@@ -234,6 +245,15 @@ void dsr1_mm_i8l_panel(const dsr1_wmat *w, int64_t r, int pr, int rv, int64_t c0
  * bits (j->amx set, n >= DSR1_MM_AMX_MIN_N, columns a multiple of 64). */
 void dsr1_mm_rows_int8_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1);
 void dsr1_mm_rows_int8g_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1);
+/* W4A8 with groups of 128 (j->xp, j->amx_mem set), from DSR1_MM_AMX_MIN_N
+ * tokens: the W4A8 code panel (dsr1_mm_w4_panel: codes 0..15, scales as
+ * floats [group][32 rows]) as the tiles' unsigned operand, xp as the
+ * signed one; the rest to dsr1_mm_rows_w4a8_lanes_avx512 (matmul_lanes_avx512.c,
+ * the panel kernel for any n). */
+void dsr1_mm_rows_w4a8_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1);
+void dsr1_mm_rows_w4a8_lanes_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1);
+void dsr1_mm_w4_panel(const dsr1_wmat *w, int64_t r, int pr, int rv, int64_t c0, int64_t len, uint8_t *p,
+                      float *sc);
 
 /* dsr1_matmul with the kernel chosen by the caller (tests compare them).
  * DSR1_MM_AVX512 on a CPU without it falls back to AUTO. */

@@ -583,22 +583,42 @@ static void w4_gemv_any(const dsr1_mm_job *j, int64_t r0, int64_t r1, int g32)
     }
 }
 
+void dsr1_mm_w4_panel(const dsr1_wmat *w, int64_t r, int pr, int rv, int64_t c0, int64_t len, uint8_t *p,
+                      float *sc)
+{
+    w4_panel(w, r, pr, rv, c0, len, w->scale_type == DSR1_T_F16, p, sc);
+}
+
 /* W4A8 rows [r0, r1), all tokens (see above). Groups other than the
- * format's 32 and 128, or F32 scales, go to the portable rows (same bits). */
+ * format's 32 and 128, or F32 scales, go to the portable rows (same bits);
+ * groups of 128 from DSR1_MM_AMX_MIN_N tokens to the AMX tiles where the
+ * job has them (matmul_amx_avx512.c, the same bits). */
 void dsr1_mm_rows_w4a8_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1)
 {
     const dsr1_wmat *w = j->w;
     const int64_t g = w->group;
-    const int g32 = g == 32, f16 = w->scale_type == DSR1_T_F16;
     if ((g != 32 && g != 128) || (w->scale_type != DSR1_T_F16 && w->scale_type != DSR1_T_BF16) ||
         !j->xp) {
         dsr1_mm_rows_portable(j, r0, r1);
         return;
     }
     if (j->n <= W4_GV_N) {
-        w4_gemv_any(j, r0, r1, g32);
+        w4_gemv_any(j, r0, r1, g == 32);
         return;
     }
+    if (g == 128 && j->amx_mem && j->n >= DSR1_MM_AMX_MIN_N) {
+        dsr1_mm_rows_w4a8_amx(j, r0, r1);
+        return;
+    }
+    dsr1_mm_rows_w4a8_lanes_avx512(j, r0, r1);
+}
+
+/* The code-panel kernel above for any n (what the AMX tiles leave it). */
+void dsr1_mm_rows_w4a8_lanes_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1)
+{
+    const dsr1_wmat *w = j->w;
+    const int64_t g = w->group;
+    const int g32 = g == 32, f16 = w->scale_type == DSR1_T_F16;
     _Alignas(64) uint8_t codes[32 * W4_KC];       /* the chunk's code panel */
     _Alignas(64) float sc[W4_KC / 32 * 32];       /* its scales, [group][row] */
     _Alignas(64) float facc[W4_TB * 32];          /* [token of the block][row] */

@@ -59,6 +59,7 @@ struct dsr1_pool {
     size_t scratch_cap;
     int avx512;              /* dsr1_mm_avx512_usable() at creation */
     int amx;                 /* dsr1_mm_amx_usable() at creation */
+    uint64_t amx_runs;       /* AMX kernel calls that ran tiles (__atomic; tests check the path ran) */
     int hwpf;                /* the INT8 and INT4 row GEMVs without software prefetch
                                 (dsr1_pool_set_hwpf: the decode-time choice, pftune.h) */
 };
@@ -285,6 +286,8 @@ int dsr1_pool_reserve(dsr1_pool *p, size_t bytes, dsr1_error *err)
 
 int dsr1_pool_avx512(const dsr1_pool *p) { return p->avx512; }
 int dsr1_pool_amx(const dsr1_pool *p) { return p->amx; }
+uint64_t *dsr1_pool_amx_counter(dsr1_pool *p) { return p ? &p->amx_runs : NULL; }
+uint64_t dsr1_pool_amx_runs(dsr1_pool *p) { return p ? __atomic_load_n(&p->amx_runs, __ATOMIC_RELAXED) : 0; }
 
 void dsr1_pool_set_hwpf(dsr1_pool *p, int on)
 {
