@@ -43,7 +43,7 @@ static const char *no_amx(void)
 static void amx_matches(dsr1_test_ctx *t, dsr1_type type, int variant, dsr1_act act, uint64_t seed)
 {
     static const int64_t shapes[][2] = {{32, 64}, {64, 576}, {77, 2048}, {96, 1216}, {520, 640}};
-    static const int ns[] = {32, 33, 63, 64, 200, 416};
+    static const int ns[] = {32, 33, 52, 63, 64, 200, 416};
     static const int threads[] = {1, 3};
     const int NMAX = 416;
     for (int pi = 0; pi < 2; pi++) {
@@ -58,7 +58,7 @@ static void amx_matches(dsr1_test_ctx *t, dsr1_type type, int variant, dsr1_act 
             float *x = make_x(NMAX, ldx, seed + 100 + (uint64_t)si);
             size_t yb = (size_t)NMAX * (size_t)rows * 4;
             float *amx = malloc(yb), *vnni = malloc(yb), *port = malloc(yb), *one = malloc((size_t)rows * 4);
-            for (int ni = 0; ni < 6; ni++) {
+            for (int ni = 0; ni < 7; ni++) {
                 int n = ns[ni];
                 size_t bytes = (size_t)n * (size_t)rows * 4;
                 memset(amx, 0xff, yb); /* NaN: an output AMX forgot stays visible */
@@ -114,4 +114,49 @@ DSR1_TEST(amx_int4_w4a8_matches_lanes_and_portable)
     if (why) DSR1_SKIP("%s: no AMX kernels to compare", why);
     amx_matches(t, DSR1_T_INT4, 1, DSR1_ACT_INT8, 970);
     amx_matches(t, DSR1_T_INT4, 2, DSR1_ACT_INT8, 990);
+}
+
+/* The expert FFN's fused gate and up (dsr1_ffn_gate_up, one pool run):
+ * both halves on the tiles (the pool's count rises twice as much as for
+ * the gate alone; the up half once ran on the VNNI kernel, the same bits,
+ * because its job lacked the AMX memory) and h equals two dsr1_matmul
+ * calls and dsr1_silu_mul. */
+static void gate_up_on_tiles(dsr1_test_ctx *t, dsr1_type type, int variant, dsr1_act act)
+{
+    const int64_t rows = 256, cols = 640;
+    const int n = 77;
+    dsr1_pool *pool = NULL;
+    dsr1_error err = {0};
+    CHECK_OK(dsr1_pool_create(&pool, 2, &err), &err);
+    if (!pool) return;
+    tmat g = dsr1_test_mat(type, rows, cols, variant, 1200), u = dsr1_test_mat(type, rows, cols, variant, 1300);
+    float *x = make_x(n, cols, 1400);
+    float *h = malloc((size_t)n * rows * 4), *yg = malloc((size_t)n * rows * 4), *yu = malloc((size_t)n * rows * 4);
+    uint64_t r0 = dsr1_pool_amx_runs(pool);
+    dsr1_matmul(pool, &g.w, x, cols, yg, rows, n, act);
+    uint64_t r1 = dsr1_pool_amx_runs(pool);
+    dsr1_matmul(pool, &u.w, x, cols, yu, rows, n, act);
+    uint64_t r2 = dsr1_pool_amx_runs(pool);
+    dsr1_ffn_gate_up(pool, &g.w, &u.w, x, cols, h, rows, n, act);
+    uint64_t r3 = dsr1_pool_amx_runs(pool);
+    for (int k = 0; k < n; k++) dsr1_silu_mul(yg + (size_t)k * rows, yu + (size_t)k * rows, rows);
+    CHECKF(r1 > r0 && r3 - r2 == (r1 - r0) + (r2 - r1), "%s: tile runs gate %llu, up %llu, fused %llu", g.what,
+           (unsigned long long)(r1 - r0), (unsigned long long)(r2 - r1), (unsigned long long)(r3 - r2));
+    CHECKF(!memcmp(h, yg, (size_t)n * rows * 4), "%s: fused gate/up differs from two matmuls", g.what);
+    free(h);
+    free(yg);
+    free(yu);
+    free(x);
+    dsr1_test_mat_free(&g);
+    dsr1_test_mat_free(&u);
+    dsr1_pool_free(pool);
+}
+
+DSR1_TEST(amx_gate_up_both_halves_on_tiles)
+{
+    const char *why = no_amx();
+    if (why) DSR1_SKIP("%s: no AMX kernels to compare", why);
+    gate_up_on_tiles(t, DSR1_T_INT8, 0, DSR1_ACT_INT8);
+    gate_up_on_tiles(t, DSR1_T_FP8_E4M3, 0, DSR1_ACT_INT8_FAST);
+    gate_up_on_tiles(t, DSR1_T_INT4, 2, DSR1_ACT_INT8);
 }

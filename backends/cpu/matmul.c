@@ -383,7 +383,8 @@ static void run_task(void *ctx, int task, int ntasks)
     run_rows(mt, &j, r0, r1);
     if (!mt->up) return;
     dsr1_mm_job u = *mt->up;
-    u.task_mem = j.task_mem;
+    u.task_mem = j.task_mem; /* j is done with it: the same call's memory */
+    u.amx_mem = j.amx_mem;
     run_rows(mt, &u, r0, r1);
     for (int t = 0; t < j.n; t++)
         if (mt->avx)

@@ -21,8 +21,11 @@
  * accumulators' layout. Four C tiles cover 32 tokens x 32 rows; per 64
  * columns two x tiles and two panel tiles feed four multiplies.
  *
- * What AMX does not take: stripes of fewer than 32 rows and the last
- * n mod 32 tokens go to the VNNI kernels (same bits), so any shape works.
+ * What AMX does not take: stripes of fewer than 32 rows go to the VNNI
+ * kernels (same bits), so any shape works. The last n mod 32 tokens run on
+ * tiles of fewer rows (cfg_tokens): in a prefill's MoE every expert has
+ * such a tail, and on the VNNI kernel those tokens took 14% of an FP8
+ * prefill's samples (R1-shape file, Emerald Rapids, 2 threads).
  *
  * Order. A task builds the code panels of DSR1_MM_AMX_STRIPES stripes of
  * 32 rows for a chunk of AMX_KC columns (64 KB, L2), then takes x 32
@@ -108,29 +111,68 @@ static inline void dp_step(const int8_t *xq, int64_t ldx, const uint8_t *p)
     T_DP(3, 5, 7);
 }
 
-/* C tiles to/from acc ([token][32 rows] int32, 128-byte rows). */
-static inline void c_store(int32_t *acc)
+/* The same for a block of at most 16 tokens: tiles 2, 3 and 5 are off. */
+static inline void dp_step16(const int8_t *xq, int64_t ldx, const uint8_t *p)
+{
+    T_LOAD(4, xq, ldx);
+    T_LOAD(6, p, 128);
+    T_LOAD(7, p + 64, 128);
+    T_DP(0, 4, 6);
+    T_DP(1, 4, 7);
+}
+
+/* C tiles to/from acc ([token][32 rows] int32, 128-byte rows); hi: the
+ * tiles of tokens 16-31 are on. */
+static inline void c_store(int32_t *acc, int hi)
 {
     T_STORE(0, acc, 128);
     T_STORE(1, acc + 16, 128);
+    if (!hi) return;
     T_STORE(2, acc + 16 * 32, 128);
     T_STORE(3, acc + 16 * 32 + 16, 128);
 }
 
-static inline void c_load(const int32_t *acc)
+static inline void c_load(const int32_t *acc, int hi)
 {
     T_LOAD(0, acc, 128);
     T_LOAD(1, acc + 16, 128);
+    if (!hi) return;
     T_LOAD(2, acc + 16 * 32, 128);
     T_LOAD(3, acc + 16 * 32 + 16, 128);
 }
 
-static inline void c_zero(void)
+static inline void c_zero(int hi)
 {
     T_ZERO(0);
     T_ZERO(1);
+    if (!hi) return;
     T_ZERO(2);
     T_ZERO(3);
+}
+
+/* The tiles for a block of m tokens (1..32): the x and C tiles of tokens
+ * 0-15 get min(m, 16) rows, those of tokens 16-31 the rest (a tile of no
+ * rows is off: rows and bytes 0), so the last n mod 32 tokens of a call
+ * run on the tiles too, their loads and stores touching only their rows.
+ * Built on the stack: the asm takes it as a memory operand, so its stores
+ * come first. Loading a configuration zeroes the tiles; nothing is kept
+ * in them across blocks. */
+static void cfg_tokens(int m)
+{
+    if (m == 32) {
+        T_CFG(&amx_16x64);
+        return;
+    }
+    _Alignas(64) amx_cfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    const uint8_t lo = (uint8_t)(m < 16 ? m : 16), hi = (uint8_t)(m > 16 ? m - 16 : 0);
+    const uint8_t rows[8] = {lo, lo, hi, hi, lo, hi, 16, 16};
+    for (int i = 0; i < 8; i++) {
+        c.rows[i] = rows[i];
+        c.colsb[i] = rows[i] ? 64 : 0;
+    }
+    __asm__ volatile("ldtilecfg %0" ::"m"(c) : "memory");
 }
 
 /* The job for tokens [t, n) only (what AMX leaves to the VNNI kernels). */
@@ -167,12 +209,10 @@ void dsr1_mm_rows_int8_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1)
     uint8_t *codes = j->amx_mem;                                  /* [stripe][32 x AMX_KC] */
     int32_t *iacc = (int32_t *)((char *)j->amx_mem + AMX_CODES_BYTES); /* [stripe][token][row] */
     const float *sw = (const float *)w->scale; /* one per row */
-    const int na = j->amx_mem ? j->n & ~31 : 0; /* no task memory: all to the VNNI kernel */
+    const int na = j->amx_mem ? j->n : 0; /* no task memory: all to the VNNI kernel */
     const int64_t rf = r0 + (r1 - r0) / 32 * 32;
-    if (na && rf > r0) {
-        T_CFG(&amx_16x64);
-        if (j->amx_runs) __atomic_fetch_add(j->amx_runs, 1, __ATOMIC_RELAXED);
-    }
+    int cur = 0; /* the tokens the tile configuration is for (0: none loaded) */
+    if (na && rf > r0 && j->amx_runs) __atomic_fetch_add(j->amx_runs, 1, __ATOMIC_RELAXED);
     for (int64_t r = r0; r < rf && na; r += 32 * AMX_SG) {
         const int ns = (int)((rf - r) / 32 < AMX_SG ? (rf - r) / 32 : AMX_SG);
         for (int t0 = 0; t0 < na; t0 += AMX_TB) {
@@ -182,13 +222,18 @@ void dsr1_mm_rows_int8_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1)
                 for (int s = 0; s < ns; s++) dsr1_mm_i8l_panel(w, r + 32 * s, 32, 2, c0, len, codes + s * 32 * AMX_KC);
                 for (int b0 = 0; b0 < nb; b0 += 32) {
                     const int8_t *xq = j->xq + (t0 + b0) * j->ldxq + c0;
+                    const int m = nb - b0 < 32 ? nb - b0 : 32, hi = m > 16;
+                    if (m != cur) cfg_tokens(cur = m);
                     for (int s = 0; s < ns; s++) {
                         const uint8_t *cs = codes + s * 32 * AMX_KC;
                         int32_t *acc = iacc + ((int64_t)s * AMX_TB + b0) * 32;
-                        if (c0) c_load(acc);
-                        else c_zero();
-                        for (int64_t k = 0; k < len; k += 64) dp_step(xq + k, j->ldxq, cs + k / 4 * 128);
-                        c_store(acc);
+                        if (c0) c_load(acc, hi);
+                        else c_zero(hi);
+                        if (hi)
+                            for (int64_t k = 0; k < len; k += 64) dp_step(xq + k, j->ldxq, cs + k / 4 * 128);
+                        else
+                            for (int64_t k = 0; k < len; k += 64) dp_step16(xq + k, j->ldxq, cs + k / 4 * 128);
+                        c_store(acc, hi);
                     }
                 }
             }
@@ -207,7 +252,7 @@ void dsr1_mm_rows_int8_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1)
                     }
         }
     }
-    if (na && rf > r0) T_RELEASE();
+    if (cur) T_RELEASE();
     leftovers(j, r0, rf, r1, na, dsr1_mm_rows_int8_lanes_avx512);
 }
 
@@ -217,10 +262,10 @@ void dsr1_mm_rows_int8_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1)
  * mk_i8g, or without xs (W4A8, whose x scale is one per token, applied
  * at the end) fa += dot x s_w as mk_w4. */
 static void group_step(const int32_t *cb, const float *ws, const float *xs, const int32_t *xc,
-                       int64_t ldg, float *facc)
+                       int64_t ldg, float *facc, int m)
 {
     const __m512 w0 = _mm512_load_ps(ws), w1 = _mm512_load_ps(ws + 16);
-    for (int b = 0; b < 32; b++) {
+    for (int b = 0; b < m; b++) {
         const __m512i c = _mm512_set1_epi32(xc[b * ldg]);
         float *f = facc + b * 32;
         __m512 v0 = w0, v1 = w1;
@@ -242,11 +287,12 @@ typedef struct amx_pending {
     const float *ws, *xs;
     const int32_t *xc;
     float *facc;
+    int m; /* tokens */
 } amx_pending;
 
 static void pending_step(const amx_pending *q, int64_t ldg)
 {
-    if (q->cb) group_step(q->cb, q->ws, q->xs, q->xc, ldg, q->facc);
+    if (q->cb) group_step(q->cb, q->ws, q->xs, q->xc, ldg, q->facc, q->m);
 }
 
 /* The float step of a group (64 conversions and FMAs with their loads and
@@ -270,12 +316,10 @@ static void rows_grouped_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1, const
     const int8_t *x = w4 ? j->xp : j->xq;
     const int64_t ldx = w4 ? j->ldxp : j->ldxq, ldc = w4 ? j->ldxg : j->ldg;
     _Static_assert(AMX_KC % DSR1_MM_XG == 0 && DSR1_MM_XG % 64 == 0, "whole groups of tile steps");
-    const int na = mem ? j->n & ~31 : 0; /* no task memory: all to the VNNI kernel */
+    const int na = mem ? j->n : 0; /* no task memory: all to the VNNI kernel */
     const int64_t rf = r0 + (r1 - r0) / 32 * 32;
-    if (na && rf > r0) {
-        T_CFG(&amx_16x64);
-        if (j->amx_runs) __atomic_fetch_add(j->amx_runs, 1, __ATOMIC_RELAXED);
-    }
+    int cur = 0; /* the tokens the tile configuration is for (0: none loaded) */
+    if (na && rf > r0 && j->amx_runs) __atomic_fetch_add(j->amx_runs, 1, __ATOMIC_RELAXED);
     for (int64_t r = r0; r < rf && na; r += 32 * AMX_SG) {
         const int ns = (int)((rf - r) / 32 < AMX_SG ? (rf - r) / 32 : AMX_SG);
         for (int t0 = 0; t0 < na; t0 += AMX_TB) {
@@ -299,18 +343,23 @@ static void rows_grouped_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1, const
                 for (int b0 = 0; b0 < nb; b0 += 32) {
                     const int8_t *xb = x + (t0 + b0) * ldx + c0;
                     const int64_t xo = (t0 + b0) * ldc + c0 / DSR1_MM_XG;
+                    const int m = nb - b0 < 32 ? nb - b0 : 32, hi = m > 16;
+                    if (m != cur) cfg_tokens(cur = m); /* the pending sums are in cb, not in tiles */
                     for (int s = 0; s < ns; s++) {
                         const uint8_t *cs = codes + s * 32 * AMX_KC;
                         for (int64_t g0 = 0, gi = 0; g0 < len; g0 += DSR1_MM_XG, gi++) {
                             const int64_t g1 = len - g0 < DSR1_MM_XG ? len : g0 + DSR1_MM_XG;
-                            c_zero();
-                            for (int64_t k = g0; k < g1; k += 64) dp_step(xb + k, ldx, cs + k / 4 * 128);
+                            c_zero(hi);
+                            if (hi)
+                                for (int64_t k = g0; k < g1; k += 64) dp_step(xb + k, ldx, cs + k / 4 * 128);
+                            else
+                                for (int64_t k = g0; k < g1; k += 64) dp_step16(xb + k, ldx, cs + k / 4 * 128);
                             pending_step(&q, ldc);
                             int32_t *c = cb + nbuf * 32 * 32;
-                            c_store(c);
+                            c_store(c, hi);
                             q = (amx_pending){c, ws + (s * gpc + gi) * 32, w4 ? NULL : j->xgs + xo + gi,
                                               (w4 ? j->xg : j->xgc) + xo + gi,
-                                              facc + ((int64_t)s * AMX_TB + b0) * 32};
+                                              facc + ((int64_t)s * AMX_TB + b0) * 32, m};
                             nbuf ^= 1;
                         }
                     }
@@ -326,7 +375,7 @@ static void rows_grouped_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1, const
                     }
         }
     }
-    if (na && rf > r0) T_RELEASE();
+    if (cur) T_RELEASE();
     leftovers(j, r0, rf, r1, na, w4 ? dsr1_mm_rows_w4a8_lanes_avx512 : dsr1_mm_rows_int8g_lanes_avx512);
 }
 
