@@ -3,15 +3,16 @@
  * the VNNI kernels' bits and so the portable kernel's: INT8 weights with
  * one scale per row (DSR1_ACT_INT8), FP8 as W8A8 (DSR1_ACT_INT8_FAST) and
  * INT4 as W4A8 with groups of 128 (DSR1_ACT_INT8),
- * on shapes that leave work to the VNNI kernels (a stripe under 32 rows,
- * n mod 32 tokens), one and several 512-column chunks, a last 128-column
+ * on shapes that leave a stripe under 32 rows to the VNNI kernels, with
+ * token tails of 1, 8, 20 and 31 on short tiles (n = 33, 200, 52, 63), one
+ * and several 512-column chunks, a last 128-column
  * group of 64, more than one 256-token block, tasks of 2 to 4 stripes
  * run together and a group of 4 followed by a shorter one (520 rows: one
  * thread's tasks are 144 rows of INT8, 160 of FP8 requantised 128 then
  * 32); pools of 1 and 3 threads; every 11th INT8 and INT4 token alone
- * equals itself in the batch; the tiles ran (the pool's count) wherever a task
- * holds 32 rows and 32 tokens. On a CPU without AMX every test skips and
- * says so: there is nothing to compare.
+ * equals itself in the batch; the tiles ran (the pool's count) wherever a
+ * task holds 32 rows and the call 32 tokens. On a CPU without AMX every
+ * test skips and says so: there is nothing to compare.
  */
 #include <stdlib.h>
 #include <string.h>

@@ -117,8 +117,8 @@ typedef struct dsr1_mm_job {
                                 order */
 } dsr1_mm_job;
 
-/* Fewest tokens W8A8 takes AMX from (the tiles hold 32 tokens; the rest
- * of a call's tokens go to the VNNI kernels). */
+/* Fewest tokens W8A8 and W4A8 take AMX from (a block of the tiles holds
+ * 32 tokens; a call's last n mod 32 run on tiles of fewer rows). */
 #define DSR1_MM_AMX_MIN_N 32
 /* Stripes of 32 rows the AMX kernels run each block of x against while it
  * is in L1 (matmul_amx_avx512.c says why), and the task memory they use. */
