@@ -24,8 +24,7 @@
  * What AMX does not take: stripes of fewer than 32 rows go to the VNNI
  * kernels (same bits), so any shape works. The last n mod 32 tokens run on
  * tiles of fewer rows (cfg_tokens): in a prefill's MoE every expert has
- * such a tail, and on the VNNI kernel those tokens took 14% of an FP8
- * prefill's samples (R1-shape file, Emerald Rapids, 2 threads).
+ * such a tail (what they cost on the VNNI kernel was not measured apart).
  *
  * Order. A task builds the code panels of DSR1_MM_AMX_STRIPES stripes of
  * 32 rows for a chunk of AMX_KC columns (64 KB, L2), then takes x 32
@@ -36,15 +35,17 @@
  * Why: with one stripe at a time the loads of x were the kernel's stall
  * (its samples sat on the x tile loads, and with x kept in L1 as an
  * experiment the kernel ran ~1.5x); alternated in one process (Emerald
- * Rapids, 2 threads, 512 tokens) four stripes ran 1.22-1.35x one stripe
- * on 2048x7168 and 1.04-1.14x on 7168x2048, two 1.19-1.23x and 1.02-1.09x,
- * eight no better than four.
+ * Rapids, 2 threads, 512 tokens, the fastest of 12 calls) four stripes
+ * ran 1.22-1.43x one stripe on 2048x7168 in INT8, 1.27-1.30x in FP8, and
+ * 1.00-1.07x on 7168x2048; two 1.19-1.21x, eight no better than four.
  *
  * The tile instructions are written as inline asm with memory clobbers,
  * not GCC's intrinsics: those are asm statements that do not tell the
- * compiler they read or write memory, and the tile configuration lives in
- * read-only data (GCC 12 drops the stores that fill a configuration built
- * on the stack before ldtilecfg). Nothing needs -mamx-*: only the
+ * compiler they read or write memory. The full tile configuration lives
+ * in read-only data (GCC 12 dropped the stores that filled one built on
+ * the stack for the intrinsic); a short block's (cfg_tokens) is built on
+ * the stack and given to ldtilecfg as the asm's memory operand, which
+ * orders the stores before it. Nothing needs -mamx-*: only the
  * assembler sees these instructions, and they run only behind the check.
  */
 #include "matmul_impl.h"
