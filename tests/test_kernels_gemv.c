@@ -5,7 +5,8 @@
  * matmul_avx512.c's eight-row bf16_gemv at n = 1 in BF16 mode. Its order
  * must be the canonical one of kernels.h: the same bits as the portable
  * kernel, and as each token inside a batch (the many-token panels), with
- * one thread or two.
+ * one thread or two, with its software prefetch and without (the pool's
+ * hwpf, the decoder's per-step choice).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -34,17 +35,25 @@ static void check_bf16_gemv(dsr1_test_ctx *t, dsr1_pool *pool, int64_t rows, int
     dsr1_matmul(pool, &m.w, x, ldx, batch, rows, N, DSR1_ACT_BF16);
     CHECKF(!memcmp(batch, port, (size_t)(N * rows) * sizeof *port), "%lldx%lld BF16 n=%d: panels differ from portable",
            (long long)rows, (long long)cols, N);
-    for (int tok = 0; tok < N; tok++)
-        for (int threads = 1; threads <= 2; threads++) {
-            one[rows] = 12345.0f; /* past the last row: must stay */
-            dsr1_matmul(threads == 2 ? pool : NULL, &m.w, x + tok * ldx, ldx, one, rows, 1, DSR1_ACT_BF16);
-            int bad = 0;
-            for (int64_t r = 0; r < rows; r++) bad += memcmp(&one[r], &port[tok * rows + r], sizeof *one) != 0;
-            CHECKF(bad == 0, "%lldx%lld BF16 token %d alone (%d thread%s): %d of %lld rows differ from portable",
-                   (long long)rows, (long long)cols, tok, threads, threads == 2 ? "s" : "", bad, (long long)rows);
-            CHECKF(one[rows] == 12345.0f, "%lldx%lld BF16 token %d: wrote past the last row", (long long)rows,
-                   (long long)cols, tok);
-        }
+    /* hw: the pool's hwpf, the GEMV without its software prefetch (the
+     * caller's thread alone has none: a NULL pool always prefetches) */
+    for (int hw = 0; hw <= 1; hw++) {
+        dsr1_pool_set_hwpf(pool, hw);
+        for (int tok = 0; tok < N; tok++)
+            for (int threads = 1 + hw; threads <= 2; threads++) {
+                one[rows] = 12345.0f; /* past the last row: must stay */
+                dsr1_matmul(threads == 2 ? pool : NULL, &m.w, x + tok * ldx, ldx, one, rows, 1, DSR1_ACT_BF16);
+                int bad = 0;
+                for (int64_t r = 0; r < rows; r++) bad += memcmp(&one[r], &port[tok * rows + r], sizeof *one) != 0;
+                CHECKF(bad == 0,
+                       "%lldx%lld BF16 token %d alone (%d thread%s, hwpf %d): %d of %lld rows differ from portable",
+                       (long long)rows, (long long)cols, tok, threads, threads == 2 ? "s" : "", hw, bad,
+                       (long long)rows);
+                CHECKF(one[rows] == 12345.0f, "%lldx%lld BF16 token %d: wrote past the last row", (long long)rows,
+                       (long long)cols, tok);
+            }
+    }
+    dsr1_pool_set_hwpf(pool, 0);
     free(x);
     free(port);
     free(batch);

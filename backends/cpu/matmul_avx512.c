@@ -1398,10 +1398,18 @@ static void panel_chunk(const dsr1_mm_job *j, int64_t r, int pr, int64_t c0, int
  * 5.94 -> 6.02 (10 and 9 runs), fast 8.09 -> 8.61 (2 and 3), 7 of 9. The same
  * eight rows without the prefetch: even (6.01 and 7.99). One row at a
  * time lost (fast cluster 8.46-8.76 -> 7.98-8.44, 5 of 6 rounds), and
- * with load32's conversion kept, clearly (5.86-6.26 -> 4.87-5.69). */
+ * with load32's conversion kept, clearly (5.86-6.26 -> 4.87-5.69).
+ *
+ * pf = 0 leaves the stream to the hardware prefetcher, the decoder's
+ * per-step choice as for the INT8 and INT4 GEMVs (pftune.h; j->hwpf). On
+ * an Emerald Rapids Xeon the software prefetch lost: a /tmp harness
+ * alternating the two over 2.9 GB of BF16 matrices (the LM head, 24
+ * expert shapes, three 7168x16384) in one process, 2 threads, 21 passes
+ * each, two runs: medians 28.4 -> 32.6 and 26.3 -> 30.0 GB/s, fastest
+ * passes 35.9 -> 36.5 and 31.3 -> 34.5. On Zen 4 it won (above). */
 #define BF16_GV_ROWS 8
-INLINE void bf16_gemv_rows(const int rt, const uint16_t *w, int64_t cols, const uint16_t *xb,
-                           float *y)
+INLINE void bf16_gemv_rows(const int rt, const int pf, const uint16_t *w, int64_t cols,
+                           const uint16_t *xb, float *y)
 {
     float tot[BF16_GV_ROWS] = {0};
     for (int64_t c0 = 0; c0 < cols; c0 += DSR1_MM_KC_BF16) {
@@ -1414,7 +1422,7 @@ INLINE void bf16_gemv_rows(const int rt, const uint16_t *w, int64_t cols, const 
 #pragma GCC unroll 8
             for (int a = 0; a < rt; a++) {
                 const uint16_t *p = w + a * cols + k;
-                _mm_prefetch((const char *)p + TILE_PF, _MM_HINT_T1);
+                if (pf) _mm_prefetch((const char *)p + TILE_PF, _MM_HINT_T1);
                 acc[a] = _mm512_dpbf16_ps(acc[a], (__m512bh)_mm512_loadu_si512(p), xv);
             }
         }
@@ -1433,9 +1441,13 @@ static void bf16_gemv(const dsr1_mm_job *j, int64_t r0, int64_t r1)
     const uint16_t *w = j->w->data;
     const int64_t cols = j->w->cols;
     int64_t r = r0;
-    for (; r + BF16_GV_ROWS <= r1; r += BF16_GV_ROWS)
-        bf16_gemv_rows(BF16_GV_ROWS, w + r * cols, cols, j->xb, j->y + r);
-    for (; r < r1; r++) bf16_gemv_rows(1, w + r * cols, cols, j->xb, j->y + r);
+    if (j->hwpf)
+        for (; r + BF16_GV_ROWS <= r1; r += BF16_GV_ROWS)
+            bf16_gemv_rows(BF16_GV_ROWS, 0, w + r * cols, cols, j->xb, j->y + r);
+    else
+        for (; r + BF16_GV_ROWS <= r1; r += BF16_GV_ROWS)
+            bf16_gemv_rows(BF16_GV_ROWS, 1, w + r * cols, cols, j->xb, j->y + r);
+    for (; r < r1; r++) bf16_gemv_rows(1, 1, w + r * cols, cols, j->xb, j->y + r);
 }
 
 /* F32 and BF16 modes (see the file comment). Up to 4 tokens, whole 4-row

@@ -110,7 +110,7 @@ typedef struct dsr1_mm_job {
                                 added to with __atomic builtins (this header is C++'s too) */
     int rq_rows;             /* rows an rq task requantises at a time: DSR1_MM_RQ_ROWS,
                                 DSR1_MM_AMX_STRIPES times that for the AMX kernel */
-    int hwpf;                /* the INT8 and INT4 row GEMVs without software prefetch
+    int hwpf;                /* the INT8, INT4, BF16 row GEMVs without software prefetch
                                 (dsr1_pool_hwpf) */
     int b16l;                /* BF16 weights in the fast mode, AVX-512: rows in lanes
                                 (dsr1_mm_rows_bf16_lanes_avx512), not the canonical

@@ -1,5 +1,5 @@
 /*
- * pftune.h - choosing, while decoding, whether the INT8 and INT4 row GEMVs
+ * pftune.h - choosing, while decoding, whether the INT8, INT4 and BF16 row GEMVs
  * (matmul_avx512.c, matmul_lanes_avx512.c) ask for their weight lines
  * ahead (software prefetch) or leave the stream to the hardware
  * prefetcher. Which is faster depends on how loaded the machine's

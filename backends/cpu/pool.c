@@ -60,7 +60,7 @@ struct dsr1_pool {
     int avx512;              /* dsr1_mm_avx512_usable() at creation */
     int amx;                 /* dsr1_mm_amx_usable() at creation */
     uint64_t amx_runs;       /* AMX kernel calls that ran tiles (__atomic; tests check the path ran) */
-    int hwpf;                /* the INT8 and INT4 row GEMVs without software prefetch
+    int hwpf;                /* the INT8, INT4, BF16 row GEMVs without software prefetch
                                 (dsr1_pool_set_hwpf: the decode-time choice, pftune.h) */
 };
 
