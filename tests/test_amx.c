@@ -20,6 +20,7 @@
 #include "backends/cpu/hw.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/matmul_impl.h"
+#include "core/numeric.h"
 #include "mat_util.h"
 #include "test.h"
 
@@ -117,6 +118,82 @@ DSR1_TEST(amx_int4_w4a8_matches_lanes_and_portable)
     amx_matches(t, DSR1_T_INT4, 2, DSR1_ACT_INT8, 990);
 }
 
+/* BF16 weights in the fast mode on the tiles (dsr1_mm_rows_bf16_amx):
+ * tdpbf16ps adds each pair its own way, so no other kernel's bits; every
+ * output within float32 rounding of the exact dot of the bf16 values
+ * (double sums; the bound: one rounding of the running sum a column
+ * pair); and each output one computation: the
+ * same bits with 1 and 3 threads and for the first tokens of a longer
+ * call (a tail of 1 on a short tile against a full tile). */
+static double bf16_of(float v) { return dsr1_bf16_to_f32(dsr1_mm_to_bf16(v)); }
+
+static int bf16_within(const tmat *m, const float *x, int64_t ldx, const float *y, int n, const char **what)
+{
+    const int64_t rows = m->w.rows, cols = m->w.cols;
+    const uint16_t *wd = m->data;
+    int bad = 0;
+    for (int tok = 0; tok < n; tok++)
+        for (int64_t r = 0; r < rows; r++) {
+            double dot = 0, mag = 0;
+            for (int64_t c = 0; c < cols; c++) {
+                double p = (double)dsr1_bf16_to_f32(wd[r * cols + c]) * bf16_of(x[tok * ldx + c]);
+                dot += p;
+                mag += p < 0 ? -p : p;
+            }
+            double err = y[(int64_t)tok * rows + r] - dot;
+            if (err < 0) err = -err;
+            if (!(err <= (double)(cols / 2 + 1) * 0x1p-24 * mag + 1e-30)) bad++;
+        }
+    *what = bad ? "outside float32 rounding of the exact dot" : "";
+    return bad;
+}
+
+DSR1_TEST(amx_bf16_fast_within_rounding)
+{
+    const char *why = no_amx();
+    if (why) DSR1_SKIP("%s: no AMX kernels to compare", why);
+    static const int64_t shapes[][2] = {{32, 64}, {64, 576}, {77, 2048}, {520, 640}};
+    static const int ns[] = {32, 33, 52, 63, 200, 416};
+    const int NMAX = 416;
+    dsr1_pool *p1 = NULL, *p3 = NULL;
+    dsr1_error err = {0};
+    CHECK_OK(dsr1_pool_create(&p1, 1, &err), &err);
+    CHECK_OK(dsr1_pool_create(&p3, 3, &err), &err);
+    if (!p1 || !p3) return;
+    for (int si = 0; si < 4; si++) {
+        int64_t rows = shapes[si][0], cols = shapes[si][1], ldx = cols + 7;
+        tmat m = dsr1_test_mat(DSR1_T_BF16, rows, cols, 0, 1500 + (uint64_t)si);
+        float *x = make_x(NMAX, ldx, 1600 + (uint64_t)si);
+        size_t yb = (size_t)NMAX * (size_t)rows * 4;
+        float *a1 = malloc(yb), *a3 = malloc(yb), *full = malloc(yb);
+        dsr1_matmul(p3, &m.w, x, ldx, full, rows, NMAX, DSR1_ACT_INT8_FAST);
+        for (int ni = 0; ni < 6; ni++) {
+            int n = ns[ni];
+            size_t bytes = (size_t)n * (size_t)rows * 4;
+            const char *what = "";
+            memset(a1, 0xff, yb); /* NaN: an output AMX forgot stays visible */
+            const uint64_t runs = dsr1_pool_amx_runs(p1);
+            dsr1_matmul(p1, &m.w, x, ldx, a1, rows, n, DSR1_ACT_INT8_FAST);
+            CHECKF(dsr1_pool_amx_runs(p1) > runs, "bf16 %lldx%lld n=%d: the tiles never ran", (long long)rows,
+                   (long long)cols, n);
+            dsr1_matmul(p3, &m.w, x, ldx, a3, rows, n, DSR1_ACT_INT8_FAST);
+            int bad = bf16_within(&m, x, ldx, a1, n, &what);
+            CHECKF(!bad, "bf16 %lldx%lld n=%d: %d AMX outputs %s", (long long)rows, (long long)cols, n, bad, what);
+            CHECKF(!memcmp(a1, a3, bytes), "bf16 %lldx%lld n=%d: 1 and 3 threads differ", (long long)rows,
+                   (long long)cols, n);
+            CHECKF(!memcmp(a1, full, bytes), "bf16 %lldx%lld n=%d: differs from the same tokens of n=%d",
+                   (long long)rows, (long long)cols, n, NMAX);
+        }
+        free(a1);
+        free(a3);
+        free(full);
+        free(x);
+        dsr1_test_mat_free(&m);
+    }
+    dsr1_pool_free(p1);
+    dsr1_pool_free(p3);
+}
+
 /* The expert FFN's fused gate and up (dsr1_ffn_gate_up, one pool run):
  * both halves on the tiles (the pool's count rises twice as much as for
  * the gate alone; the up half once ran on the VNNI kernel, the same bits,
@@ -160,4 +237,5 @@ DSR1_TEST(amx_gate_up_both_halves_on_tiles)
     gate_up_on_tiles(t, DSR1_T_INT8, 0, DSR1_ACT_INT8);
     gate_up_on_tiles(t, DSR1_T_FP8_E4M3, 0, DSR1_ACT_INT8_FAST);
     gate_up_on_tiles(t, DSR1_T_INT4, 2, DSR1_ACT_INT8);
+    gate_up_on_tiles(t, DSR1_T_BF16, 0, DSR1_ACT_INT8_FAST);
 }

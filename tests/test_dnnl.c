@@ -126,7 +126,9 @@ DSR1_TEST(dnnl_backend_modes)
         dsr1_backend_options o = {.threads = 2, .deterministic = k};
         CHECK_OK(be->create(&o, &dev[k], &err), &err);
         if (!dev[k]) goto out;
-        CHECK(strstr(be->describe(dev[k]), k ? "deterministic" : "onednn") != NULL);
+        /* the banner names the mode; with AMX the fast one names the tiles
+         * (oneDNN takes only FP8 in bf16 there, as in this test) */
+        CHECK(strstr(be->describe(dev[k]), k ? "deterministic" : "fast: ") != NULL);
         CHECK_OK(be->load(dev[k], &wd, DSR1_PLACE_AUTO, &wh[k], &err), &err);
         CHECK_OK(be->ws_create(dev[k], &s, &ws[k], &err), &err);
         CHECK_OK(be->buf_create(dev[k], (size_t)n * cols, &xb[k], &err), &err);

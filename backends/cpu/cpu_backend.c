@@ -60,8 +60,8 @@ static int cpu_create(const dsr1_backend_options *o, void **out, dsr1_error *err
     d->fast_gemm = !d->deterministic && dsr1_dnnl_usable();
     d->amx = d->fast_gemm && dsr1_dnnl_has_amx();
     /* The banner names what FP8 runs as in every fast mode (tests grep it). */
-    d->mode = d->fast_gemm ? (d->amx ? (d->fp8_w8a8 ? "fast: fp8 w8a8 and int8 on amx tiles, onednn amx for bf16"
-                                                    : "fast: int8 w8a8 on amx tiles, fp8 bf16 and bf16 on onednn amx")
+    d->mode = d->fast_gemm ? (d->amx ? (d->fp8_w8a8 ? "fast: fp8 w8a8, int8 and bf16 on amx tiles"
+                                                    : "fast: int8 and bf16 on amx tiles, fp8 bf16 on onednn amx")
                               : d->fp8_w8a8 ? "fast: onednn avx512-bf16 prefill, fp8 w8a8"
                                             : "fast: onednn avx512-bf16 prefill, fp8 bf16")
               : o && o->deterministic ? "deterministic"
@@ -447,18 +447,19 @@ static void cpu_rmsnorm(void *ws, dsr1_view xv, const dsr1_bweight *wt, int dim,
 }
 
 /* Whether the fast mode sends this matmul to oneDNN: never in the exact
- * F32 mode. Without AMX: FP8 weights from DSR1_CPU_DNNL_MIN_N tokens when
- * they run in bf16 (--fp8-prefill bf16); measured on Zen 4 (README, "Fast
- * and deterministic mode"), oneDNN's AVX-512 BF16 kernels won there from
- * 128 tokens, lost or tied for BF16 weights (0.54-0.99 of our speed), and
- * INT8's W8A8 kernel beat them. With AMX: BF16 weights from
- * DSR1_CPU_DNNL_MIN_N_AMX tokens, and FP8 in bf16; every 8-bit weight runs
- * W8A8 on our own AMX tiles (matmul_amx_avx512.c), which beat oneDNN's
- * bf16 tiles (README, "AMX"). */
+ * F32 mode; FP8 weights from DSR1_CPU_DNNL_MIN_N tokens when they run in
+ * bf16 (--fp8-prefill bf16). Measured on Zen 4 (README, "Fast and
+ * deterministic mode"), oneDNN's AVX-512 BF16 kernels won there from 128
+ * tokens, lost or tied for BF16 weights (0.54-0.99 of our speed), and
+ * INT8's W8A8 kernel beat them. With AMX every 8-bit weight runs W8A8 and
+ * BF16 weights run on our own tiles (matmul_amx_avx512.c), which beat
+ * oneDNN's bf16 tiles: for BF16 on an Emerald Rapids Xeon, 2 threads,
+ * `bench kernels --type bf16 --n 32,512` on 2048x7168, 7168x2048,
+ * 24576x1536, 7168x16384, 18432x7168 and 576x7168 ran 1.4-2.6x oneDNN's
+ * GFLOP/s (README, "AMX"). */
 int dsr1_cpu_take_dnnl(const cpu_ws *w, const dsr1_wmat *m, int n, dsr1_act act)
 {
     if (!w->dnnl || act == DSR1_ACT_F32) return 0;
-    if (w->dev->amx && m->type == DSR1_T_BF16) return n >= DSR1_CPU_DNNL_MIN_N_AMX;
     return n >= DSR1_CPU_DNNL_MIN_N && m->type == DSR1_T_FP8_E4M3 && act != DSR1_ACT_INT8_FAST;
 }
 

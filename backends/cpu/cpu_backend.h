@@ -43,9 +43,6 @@ struct dsr1_bkv {
  * Zen 4 (`dsr1 bench kernels`, see README "Fast and deterministic mode");
  * MoE experts (about 16 tokens each in a 512-token R1 chunk) stay ours. */
 #define DSR1_CPU_DNNL_MIN_N 128
-/* The same for BF16 weights on a CPU with AMX (dsr1_cpu_take_dnnl;
- * README, "AMX"); routed experts stay ours, as without AMX. */
-#define DSR1_CPU_DNNL_MIN_N_AMX 32
 
 typedef struct cpu_dev {
     dsr1_pool *pool;

@@ -494,9 +494,10 @@ static void call_setup(mm_call *c, dsr1_pool *p, const dsr1_wmat *w, const dsr1_
      * dsr1_mm_rows_w4a8_avx512): its panels and accumulators in the task
      * memory, and an rq job's requantised rows enough for all the stripes
      * the kernel takes at once */
-    const int amx_w8a8 = j.amx && ea == DSR1_ACT_INT8 && w->cols % 64 == 0 &&
-                         (rq || (w->type == DSR1_T_INT8 && w->group == 0) ||
-                          (w->type == DSR1_T_INT4 && w->group == 128));
+    const int amx_w8a8 = j.amx && ((ea == DSR1_ACT_INT8 && w->cols % 64 == 0 &&
+                                    (rq || (w->type == DSR1_T_INT8 && w->group == 0) ||
+                                     (w->type == DSR1_T_INT4 && w->group == 128))) ||
+                                   j.b16l); /* and BF16 in the fast mode (dsr1_mm_rows_bf16_amx) */
     if (amx_w8a8 && rq) j.rq_rows = DSR1_MM_RQ_ROWS * DSR1_MM_AMX_STRIPES;
     if (amx_w8a8) j.amx_runs = dsr1_pool_amx_counter(p);
     /* FP8 in BF16 mode: x' of a scale block, all columns for up to

@@ -93,6 +93,9 @@ static const amx_cfg amx_16x64 = {
     __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"(base), "r"((long)(stride)) : "memory")
 /* tmm_c += tmm_a (signed bytes) . tmm_b (unsigned bytes); AT&T order */
 #define T_DP(c, a, b) __asm__ volatile("tdpbsud %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
+/* tmm_c (float) += tmm_a (bf16 pairs) . tmm_b (bf16 pairs) */
+#define T_DPBF(c, a, b) __asm__ volatile("tdpbf16ps %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
+#define INLINE static inline __attribute__((always_inline))
 
 /* Tiles: C 0 (tokens 0-15, rows 0-15), 1 (tokens 0-15, rows 16-31),
  * 2 (tokens 16-31, rows 0-15), 3 (tokens 16-31, rows 16-31); x 4, 5
@@ -100,26 +103,38 @@ static const amx_cfg amx_16x64 = {
 
 /* 64 columns: x at xq (stride ldx bytes) for 32 tokens, the panel's step
  * block at p (its two halves 64 bytes apart, steps 128 apart). */
-static inline void dp_step(const int8_t *xq, int64_t ldx, const uint8_t *p)
+INLINE void dp_step(const int bf, const int8_t *xq, int64_t ldx, const uint8_t *p)
 {
     T_LOAD(4, xq, ldx);
     T_LOAD(5, xq + 16 * ldx, ldx);
     T_LOAD(6, p, 128);
     T_LOAD(7, p + 64, 128);
-    T_DP(0, 4, 6);
-    T_DP(1, 4, 7);
-    T_DP(2, 5, 6);
-    T_DP(3, 5, 7);
+    if (bf) {
+        T_DPBF(0, 4, 6);
+        T_DPBF(1, 4, 7);
+        T_DPBF(2, 5, 6);
+        T_DPBF(3, 5, 7);
+    } else {
+        T_DP(0, 4, 6);
+        T_DP(1, 4, 7);
+        T_DP(2, 5, 6);
+        T_DP(3, 5, 7);
+    }
 }
 
 /* The same for a block of at most 16 tokens: tiles 2, 3 and 5 are off. */
-static inline void dp_step16(const int8_t *xq, int64_t ldx, const uint8_t *p)
+INLINE void dp_step16(const int bf, const int8_t *xq, int64_t ldx, const uint8_t *p)
 {
     T_LOAD(4, xq, ldx);
     T_LOAD(6, p, 128);
     T_LOAD(7, p + 64, 128);
-    T_DP(0, 4, 6);
-    T_DP(1, 4, 7);
+    if (bf) {
+        T_DPBF(0, 4, 6);
+        T_DPBF(1, 4, 7);
+    } else {
+        T_DP(0, 4, 6);
+        T_DP(1, 4, 7);
+    }
 }
 
 /* C tiles to/from acc ([token][32 rows] int32, 128-byte rows); hi: the
@@ -204,12 +219,20 @@ static void leftovers(const dsr1_mm_job *j, int64_t r0, int64_t rf, int64_t r1, 
     }
 }
 
-void dsr1_mm_rows_int8_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1)
+/* INT8 with one scale per row (bf = 0) and BF16 (bf = 1): a chunk of
+ * AMX_KC bytes of each row (512 int8 or 256 bf16 columns) per panel, x
+ * read in place (xq, or xb's bf16 rows), the sums kept in the task memory
+ * between chunks (int32, or float for BF16), then y: W8A8's float steps,
+ * or BF16's sums as they are. */
+INLINE void rows_amx(const int bf, const dsr1_mm_job *j, int64_t r0, int64_t r1)
 {
     const dsr1_wmat *w = j->w;
+    const int64_t es = bf ? 2 : 1, kc = AMX_KC / es; /* bytes a weight; columns a chunk */
+    const int8_t *x = bf ? (const int8_t *)j->xb : j->xq;
+    const int64_t ldx = bf ? 2 * j->ldxb : j->ldxq; /* bytes */
     uint8_t *codes = j->amx_mem;                                  /* [stripe][32 x AMX_KC] */
     int32_t *iacc = (int32_t *)((char *)j->amx_mem + AMX_CODES_BYTES); /* [stripe][token][row] */
-    const float *sw = (const float *)w->scale; /* one per row */
+    const float *sw = (const float *)w->scale; /* W8A8: one per row */
     const int na = j->amx_mem ? j->n : 0; /* no task memory: all to the VNNI kernel */
     const int64_t rf = r0 + (r1 - r0) / 32 * 32;
     int cur = 0; /* the tokens the tile configuration is for (0: none loaded) */
@@ -218,11 +241,14 @@ void dsr1_mm_rows_int8_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1)
         const int ns = (int)((rf - r) / 32 < AMX_SG ? (rf - r) / 32 : AMX_SG);
         for (int t0 = 0; t0 < na; t0 += AMX_TB) {
             const int nb = na - t0 < AMX_TB ? na - t0 : AMX_TB;
-            for (int64_t c0 = 0; c0 < w->cols; c0 += AMX_KC) {
-                const int64_t len = w->cols - c0 < AMX_KC ? w->cols - c0 : AMX_KC;
-                for (int s = 0; s < ns; s++) dsr1_mm_i8l_panel(w, r + 32 * s, 32, 2, c0, len, codes + s * 32 * AMX_KC);
+            for (int64_t c0 = 0; c0 < w->cols; c0 += kc) {
+                const int64_t len = w->cols - c0 < kc ? w->cols - c0 : kc, lb = len * es;
+                for (int s = 0; s < ns; s++) {
+                    if (bf) dsr1_mm_b16l_panel(w, r + 32 * s, 32, 2, c0, len, codes + s * 32 * AMX_KC);
+                    else dsr1_mm_i8l_panel(w, r + 32 * s, 32, 2, c0, len, codes + s * 32 * AMX_KC);
+                }
                 for (int b0 = 0; b0 < nb; b0 += 32) {
-                    const int8_t *xq = j->xq + (t0 + b0) * j->ldxq + c0;
+                    const int8_t *xc = x + (t0 + b0) * ldx + c0 * es;
                     const int m = nb - b0 < 32 ? nb - b0 : 32, hi = m > 16;
                     if (m != cur) cfg_tokens(cur = m);
                     for (int s = 0; s < ns; s++) {
@@ -231,30 +257,50 @@ void dsr1_mm_rows_int8_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1)
                         if (c0) c_load(acc, hi);
                         else c_zero(hi);
                         if (hi)
-                            for (int64_t k = 0; k < len; k += 64) dp_step(xq + k, j->ldxq, cs + k / 4 * 128);
+                            for (int64_t k = 0; k < lb; k += 64) dp_step(bf, xc + k, ldx, cs + k / 4 * 128);
                         else
-                            for (int64_t k = 0; k < len; k += 64) dp_step16(xq + k, j->ldxq, cs + k / 4 * 128);
+                            for (int64_t k = 0; k < lb; k += 64) dp_step16(bf, xc + k, ldx, cs + k / 4 * 128);
                         c_store(acc, hi);
                     }
                 }
             }
-            /* y = (dot - 128 sum x) * s_x * s_w, the VNNI kernel's steps */
             for (int s = 0; s < ns; s++)
                 for (int b = 0; b < nb; b++)
                     for (int h = 0; h < 2; h++) {
                         const int64_t row = r + 32 * s + 16 * h;
-                        const __m512i d = _mm512_sub_epi32(
-                            _mm512_load_si512(iacc + ((int64_t)s * AMX_TB + b) * 32 + h * 16),
-                            _mm512_set1_epi32(128 * j->xsum[t0 + b]));
+                        const int32_t *a = iacc + ((int64_t)s * AMX_TB + b) * 32 + h * 16;
+                        float *y = j->y + (t0 + b) * j->ldy + row;
+                        if (bf) {
+                            _mm512_storeu_ps(y, _mm512_load_ps((const float *)a));
+                            continue;
+                        }
+                        /* y = (dot - 128 sum x) * s_x * s_w, the VNNI kernel's steps */
+                        const __m512i d = _mm512_sub_epi32(_mm512_load_si512(a),
+                                                           _mm512_set1_epi32(128 * j->xsum[t0 + b]));
                         const __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(d),
                                                                      _mm512_set1_ps(j->xs[t0 + b])),
                                                        _mm512_loadu_ps(sw + row));
-                        _mm512_storeu_ps(j->y + (t0 + b) * j->ldy + row, v);
+                        _mm512_storeu_ps(y, v);
                     }
         }
     }
     if (cur) T_RELEASE();
-    leftovers(j, r0, rf, r1, na, dsr1_mm_rows_int8_lanes_avx512);
+    leftovers(j, r0, rf, r1, na, bf ? dsr1_mm_rows_bf16_lanes_avx512 : dsr1_mm_rows_int8_lanes_avx512);
+}
+
+void dsr1_mm_rows_int8_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1)
+{
+    rows_amx(0, j, r0, r1);
+}
+
+/* BF16 in the fast mode (matmul_impl.h). The tile unit's sums are not a
+ * sequence of float32 roundings (it is free in how it adds each pair and
+ * flushes denormals), so the bits are not the lanes kernel's; each output
+ * is still one fixed computation over its row and token, whatever n, the
+ * tiling or the threads. */
+void dsr1_mm_rows_bf16_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1)
+{
+    rows_amx(1, j, r0, r1);
 }
 
 /* One 128-column group's float step for 32 tokens x 32 rows: the exact
@@ -352,9 +398,9 @@ static void rows_grouped_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1, const
                             const int64_t g1 = len - g0 < DSR1_MM_XG ? len : g0 + DSR1_MM_XG;
                             c_zero(hi);
                             if (hi)
-                                for (int64_t k = g0; k < g1; k += 64) dp_step(xb + k, ldx, cs + k / 4 * 128);
+                                for (int64_t k = g0; k < g1; k += 64) dp_step(0, xb + k, ldx, cs + k / 4 * 128);
                             else
-                                for (int64_t k = g0; k < g1; k += 64) dp_step16(xb + k, ldx, cs + k / 4 * 128);
+                                for (int64_t k = g0; k < g1; k += 64) dp_step16(0, xb + k, ldx, cs + k / 4 * 128);
                             pending_step(&q, ldc);
                             int32_t *c = cb + nbuf * 32 * 32;
                             c_store(c, hi);

@@ -241,10 +241,22 @@ void dsr1_mm_rows_int8g_xl_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1);
  * 64 bytes, weights + 128; step s of half h at p + (s * rv + h) * 64. */
 void dsr1_mm_i8l_panel(const dsr1_wmat *w, int64_t r, int pr, int rv, int64_t c0, int64_t len,
                        uint8_t *p);
+/* The BF16 panel of the rows-in-lanes kernel, the same layout with a bf16
+ * pair of one row where W8A8 has 4 bytes: columns [c0, c0 + len) (len a
+ * multiple of 32), step s = columns c0 + 2s, 2s + 1. */
+void dsr1_mm_b16l_panel(const dsr1_wmat *w, int64_t r, int pr, int rv, int64_t c0, int64_t len,
+                        uint8_t *p);
 /* matmul_amx_avx512.c: the same two W8A8 kernels on AMX tiles, the same
  * bits (j->amx set, n >= DSR1_MM_AMX_MIN_N, columns a multiple of 64). */
 void dsr1_mm_rows_int8_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1);
 void dsr1_mm_rows_int8g_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1);
+/* BF16 weights in the fast mode (j->b16l, j->amx, n >= DSR1_MM_AMX_MIN_N):
+ * the rows-in-lanes panel as the tiles' second operand, x's bf16 rows as
+ * the first (tdpbf16ps). Not the lanes kernel's order (the tile unit sums
+ * each pair its own way): results within float32 rounding of it, the same
+ * for any n and thread count; stripes under 32 rows go to the lanes
+ * kernel. */
+void dsr1_mm_rows_bf16_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1);
 /* W4A8 with groups of 128 (j->xp, j->amx_mem set), from DSR1_MM_AMX_MIN_N
  * tokens: the W4A8 code panel (dsr1_mm_w4_panel: codes 0..15, scales as
  * floats [group][32 rows]) as the tiles' unsigned operand, xp as the

@@ -706,6 +706,12 @@ void dsr1_mm_i8l_panel(const dsr1_wmat *w, int64_t r, int pr, int rv, int64_t c0
     lanes_panel(w->data, w->cols, r, pr, rv, c0, len, _mm512_set1_epi8((char)0x80), p);
 }
 
+void dsr1_mm_b16l_panel(const dsr1_wmat *w, int64_t r, int pr, int rv, int64_t c0, int64_t len,
+                        uint8_t *p)
+{
+    lanes_panel(w->data, w->cols * 2, r, pr, rv, c0 * 2, len * 2, _mm512_setzero_si512(), p);
+}
+
 /* A tile: rv x 16 rows of the panel x nt tokens over `steps` steps of 4
  * bytes of x, broadcast by the instruction: W8A8's 4 int8 columns into
  * int32 by vpdpbusd, or (bf) a bf16 pair into float by vdpbf16ps. The
