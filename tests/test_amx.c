@@ -4,6 +4,7 @@
  * one scale per row (DSR1_ACT_INT8), FP8 as W8A8 (DSR1_ACT_INT8_FAST) and
  * INT4 as W4A8 with groups of 128 (DSR1_ACT_INT8),
  * on shapes that leave a stripe under 32 rows to the VNNI kernels, with
+ * calls of 16 and 20 tokens (DSR1_MM_AMX_MIN_N: one short block) and
  * token tails of 1, 8, 20 and 31 on short tiles (n = 33, 200, 52, 63), one
  * and several 512-column chunks, a last 128-column
  * group of 64, more than one 256-token block, tasks of 2 to 4 stripes
@@ -11,7 +12,7 @@
  * thread's tasks are 144 rows of INT8, 160 of FP8 requantised 128 then
  * 32); pools of 1 and 3 threads; every 11th INT8 and INT4 token alone
  * equals itself in the batch; the tiles ran (the pool's count) wherever a
- * task holds 32 rows and the call 32 tokens. On a CPU without AMX every
+ * task holds 32 rows and the call 16 tokens. On a CPU without AMX every
  * test skips and says so: there is nothing to compare.
  */
 #include <stdlib.h>
@@ -45,7 +46,7 @@ static const char *no_amx(void)
 static void amx_matches(dsr1_test_ctx *t, dsr1_type type, int variant, dsr1_act act, uint64_t seed)
 {
     static const int64_t shapes[][2] = {{32, 64}, {64, 576}, {77, 2048}, {96, 1216}, {520, 640}};
-    static const int ns[] = {32, 33, 52, 63, 64, 200, 416};
+    static const int ns[] = {16, 20, 32, 33, 52, 63, 64, 200, 416};
     static const int threads[] = {1, 3};
     const int NMAX = 416;
     for (int pi = 0; pi < 2; pi++) {
@@ -60,7 +61,7 @@ static void amx_matches(dsr1_test_ctx *t, dsr1_type type, int variant, dsr1_act 
             float *x = make_x(NMAX, ldx, seed + 100 + (uint64_t)si);
             size_t yb = (size_t)NMAX * (size_t)rows * 4;
             float *amx = malloc(yb), *vnni = malloc(yb), *port = malloc(yb), *one = malloc((size_t)rows * 4);
-            for (int ni = 0; ni < 7; ni++) {
+            for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
                 int n = ns[ni];
                 size_t bytes = (size_t)n * (size_t)rows * 4;
                 memset(amx, 0xff, yb); /* NaN: an output AMX forgot stays visible */

@@ -118,8 +118,17 @@ typedef struct dsr1_mm_job {
 } dsr1_mm_job;
 
 /* Fewest tokens W8A8 and W4A8 take AMX from (a block of the tiles holds
- * 32 tokens; a call's last n mod 32 run on tiles of fewer rows). */
-#define DSR1_MM_AMX_MIN_N 32
+ * 32 tokens; a call's last n mod 32, or all of a call under 32, run on
+ * tiles of fewer rows); BF16 from DSR1_MM_B16L_MIN_N, its fast kernel's.
+ * 16, not 32: R1's routed experts get 16 tokens each on average in a
+ * 512-token prefill. `bench kernels --shape 2048x7168` on an Emerald
+ * Rapids Xeon, 2 threads, builds with 32 and with 8 alternated, two
+ * rounds, GFLOP/s VNNI -> tiles: INT8 at 16 tokens 586-602 -> 678-795, at
+ * 24 565-581 -> 787-1058; FP8 as W8A8 at 16 361-384 -> 347-406, at 24
+ * 365-489 -> 515-580; INT4 at 16 576-593 -> 654-845, at 24 670-671 ->
+ * 1008-1064; at 12 even, at 8 the VNNI kernel won (INT8 497-615 against
+ * 357-365). */
+#define DSR1_MM_AMX_MIN_N 16
 /* Stripes of 32 rows the AMX kernels run each block of x against while it
  * is in L1 (matmul_amx_avx512.c says why), and the task memory they use. */
 #define DSR1_MM_AMX_STRIPES 4
