@@ -455,8 +455,8 @@ static void cpu_rmsnorm(void *ws, dsr1_view xv, const dsr1_bweight *wt, int dim,
  * BF16 weights run on our own tiles (matmul_amx_avx512.c), which beat
  * oneDNN's bf16 tiles: for BF16 on an Emerald Rapids Xeon, 2 threads,
  * `bench kernels --type bf16 --n 32,512` on 2048x7168, 7168x2048,
- * 24576x1536, 7168x16384, 18432x7168 and 576x7168 ran 1.4-2.6x oneDNN's
- * GFLOP/s (README, "AMX"). */
+ * 24576x1536, 7168x16384, 18432x7168 and 576x7168 ran 1.3-2.6x oneDNN's
+ * GFLOP/s in two runs (README, "AMX"). */
 int dsr1_cpu_take_dnnl(const cpu_ws *w, const dsr1_wmat *m, int n, dsr1_act act)
 {
     if (!w->dnnl || act == DSR1_ACT_F32) return 0;
