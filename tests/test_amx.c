@@ -1,6 +1,7 @@
 /*
  * test_amx.c - W8A8 on AMX tiles (backends/cpu/matmul_amx_avx512.c) gives
- * the VNNI kernels' bits and so the portable kernel's: INT8 weights with
+ * the VNNI kernels' bits and so the portable kernel's (BF16 on the tiles,
+ * the fast mode's, is held to a rounding bound instead: below): INT8 weights with
  * one scale per row (DSR1_ACT_INT8), FP8 as W8A8 (DSR1_ACT_INT8_FAST) and
  * INT4 as W4A8 with groups of 128 (DSR1_ACT_INT8),
  * on shapes that leave a stripe under 32 rows to the VNNI kernels, with

@@ -10,6 +10,13 @@
  *   dsr1_mm_rows_int8_amx   INT8 weights with one scale per row
  *   dsr1_mm_rows_int8g_amx  FP8 as W8A8 (a scale per row and 128 columns)
  *
+ * and, by the same driver, W4A8 (dsr1_mm_rows_w4a8_amx, INT4 with scales
+ * per 128 columns) and BF16 weights in the fast mode
+ * (dsr1_mm_rows_bf16_amx, from DSR1_MM_B16L_MIN_N tokens): tdpbf16ps with
+ * x's bf16 rows as A and the BF16 rows-in-lanes panel (a bf16 pair of 16
+ * rows per 64 bytes, exactly the B layout the instruction wants) as B.
+ * BF16 alone does not give another kernel's bits (below).
+ *
  * Layout. A tile multiply C += A B takes A as 16 rows of 64 bytes and B as
  * 16 rows of 64 bytes, each B row holding 4 consecutive columns of 16
  * output rows. A is x itself (16 tokens' int8 rows, read in place at the
@@ -296,8 +303,10 @@ void dsr1_mm_rows_int8_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1)
 /* BF16 in the fast mode (matmul_impl.h). The tile unit's sums are not a
  * sequence of float32 roundings (it is free in how it adds each pair and
  * flushes denormals), so the bits are not the lanes kernel's; each output
- * is still one fixed computation over its row and token, whatever n, the
- * tiling or the threads. */
+ * is still one fixed computation over its row and token, for any n from
+ * DSR1_MM_B16L_MIN_N tokens, any tiling or thread count (test_amx.c). Why
+ * ours and not oneDNN's AMX GEMM: 1.3-2.6x its GFLOP/s on R1's shapes
+ * (README, "AMX"). */
 void dsr1_mm_rows_bf16_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1)
 {
     rows_amx(1, j, r0, r1);

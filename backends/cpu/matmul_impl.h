@@ -262,9 +262,9 @@ void dsr1_mm_rows_int8g_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1);
 /* BF16 weights in the fast mode (j->b16l, j->amx, n >= DSR1_MM_AMX_MIN_N):
  * the rows-in-lanes panel as the tiles' second operand, x's bf16 rows as
  * the first (tdpbf16ps). Not the lanes kernel's order (the tile unit sums
- * each pair its own way): results within float32 rounding of it, the same
- * for any n and thread count; stripes under 32 rows go to the lanes
- * kernel. */
+ * each pair its own way): results within float32 rounding of the exact
+ * dot, the same for any n (from DSR1_MM_B16L_MIN_N) and thread count;
+ * stripes under 32 rows go to the lanes kernel. */
 void dsr1_mm_rows_bf16_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1);
 /* W4A8 with groups of 128 (j->xp, j->amx_mem set), from DSR1_MM_AMX_MIN_N
  * tokens: the W4A8 code panel (dsr1_mm_w4_panel: codes 0..15, scales as
