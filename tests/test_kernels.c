@@ -770,8 +770,9 @@ DSR1_TEST(kernels_int8_w8a8_batch_matches_portable)
  * (gemv_i8_tile4): 8256 ends in a lone 64-byte step after the 128-byte
  * ones, 8300 in a masked one; 23 and 9 rows leave rows past the last
  * whole tile to the row loop. With and
- * without the row GEMV's software prefetch (dsr1_pool_set_hwpf: the
- * decode-time choice of pftune.h), which must never change a bit. */
+ * without the row GEMV's software prefetch, and with four rows side by
+ * side at every width over 256 columns (dsr1_pool_set_hwpf's DSR1_GEMV_*:
+ * the decode-time choice of pftune.h), which must never change a bit. */
 DSR1_TEST(kernels_int8_w8a8_gemv_matches_portable)
 {
     if (!dsr1_mm_avx512_usable() && !dsr1_mm_avx2_usable())
@@ -781,7 +782,10 @@ DSR1_TEST(kernels_int8_w8a8_gemv_matches_portable)
                                         {13, 50},   {29, 2112}, {64, 128},  {27, 256},
                                         {23, 8256}, {9, 8300}};
     int8_shapes_match(t, shapes, 10, ns, 4, 91, "W8A8 GEMV", 0);
-    int8_shapes_match(t, shapes, 10, ns, 4, 91, "W8A8 GEMV, hardware prefetch only", 1);
+    int8_shapes_match(t, shapes, 10, ns, 4, 91, "W8A8 GEMV, hardware prefetch only", DSR1_GEMV_HWPF);
+    int8_shapes_match(t, shapes, 10, ns, 4, 91, "W8A8 GEMV, four rows", DSR1_GEMV_I8T4);
+    int8_shapes_match(t, shapes, 10, ns, 4, 91, "W8A8 GEMV, four rows, hardware prefetch only",
+                      DSR1_GEMV_I8T4 | DSR1_GEMV_HWPF);
 }
 
 /* The W4A8 order of matmul_impl.h written out here from its text: x

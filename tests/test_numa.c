@@ -418,7 +418,7 @@ DSR1_TEST(numa_model_logits_bit_identical)
 
 /* The CPU backend applies pftune's choice: each one-token step sets the
  * variant pftune names on the workspace's pool and on every per-head
- * pool (the trial alternates them), a step of more tokens runs the kept
+ * pool (the trial runs them in turn), a step of more tokens runs the kept
  * choice and is not timed, and a finished trial is counted. */
 DSR1_TEST(pftune_applied_per_step)
 {
@@ -434,10 +434,11 @@ DSR1_TEST(pftune_applied_per_step)
                        .rope_dim = 8, .max_ctx = 16, .kv_type = DSR1_KV_F32};
     CHECK_OK(be->ws_create(dev, &s, &ws, &err), &err);
     cpu_ws *w = ws;
-    for (int i = 0; w && i < 2 * DSR1_PFTUNE_TRIAL + 2; i++) {
-        int n = i == 2 * DSR1_PFTUNE_TRIAL + 1 ? 3 : 1;
+    const int trial = DSR1_PFTUNE_ARMS * DSR1_PFTUNE_TRIAL;
+    for (int i = 0; w && i < trial + 2; i++) {
+        int n = i == trial + 1 ? 3 : 1;
         dsr1_step stp = {.n = n};
-        int want = i < 2 * DSR1_PFTUNE_TRIAL ? i & 1 : w->pft.choice, at = w->pft.at;
+        int want = i < trial ? i % DSR1_PFTUNE_ARMS : w->pft.choice, at = w->pft.at;
         CHECK_OK(be->step_begin(ws, &stp, &err), &err);
         CHECKF(dsr1_pool_hwpf(dsr1_cpu_pool(w)) == want, "step %d (n=%d): pool hwpf %d, want %d", i, n,
                dsr1_pool_hwpf(dsr1_cpu_pool(w)), want);

@@ -142,15 +142,15 @@ DSR1_TEST(pool_idle_workers_sleep)
     CHECKF(took < 1.5, "300 pools made, run and freed in %.2f s: freeing waits for spinning workers", took);
 }
 
-/* pftune (the decode-time prefetch choice): a trial alternates the two
- * variants step by step, then the one whose trial steps took less time
- * runs DSR1_PFTUNE_KEEP steps, then a new trial; when the machine turns
- * (the other variant becomes faster) the next trial follows it. */
+/* pftune (the decode-time GEMV choice): a trial runs the variants in
+ * turn step by step, then the one whose trial steps took least time runs
+ * DSR1_PFTUNE_KEEP steps, then a new trial; when the machine turns
+ * (another variant becomes faster) the next trial follows it. */
 static void pftune_cycle(dsr1_test_ctx *t, dsr1_pftune *p, int faster, int *ran)
 {
-    for (int i = 0; i < 2 * DSR1_PFTUNE_TRIAL; i++) {
+    for (int i = 0; i < DSR1_PFTUNE_ARMS * DSR1_PFTUNE_TRIAL; i++) {
         int v = dsr1_pftune_next(p);
-        CHECK_EQ_INT(v, i & 1);
+        CHECK_EQ_INT(v, i % DSR1_PFTUNE_ARMS);
         dsr1_pftune_done(p, v == faster ? 0.050 : 0.053 + 0.001 * (i % 3));
     }
     for (int i = 0; i < DSR1_PFTUNE_KEEP; i++) {
@@ -163,7 +163,7 @@ static void pftune_cycle(dsr1_test_ctx *t, dsr1_pftune *p, int faster, int *ran)
 DSR1_TEST(pftune_keeps_the_faster_variant)
 {
     dsr1_pftune p = {0};
-    int ran[2] = {0, 0};
+    int ran[DSR1_PFTUNE_ARMS] = {0};
     pftune_cycle(t, &p, 1, ran);
     CHECK_EQ_INT(ran[1], DSR1_PFTUNE_KEEP);
     CHECK_EQ_INT(p.trials, 1);
@@ -171,10 +171,12 @@ DSR1_TEST(pftune_keeps_the_faster_variant)
     CHECK_EQ_INT(ran[0], DSR1_PFTUNE_KEEP);
     pftune_cycle(t, &p, 0, ran);
     CHECK_EQ_INT(ran[0], 2 * DSR1_PFTUNE_KEEP);
-    CHECK_EQ_INT(p.trials, 3);
+    pftune_cycle(t, &p, DSR1_PFTUNE_ARMS - 1, ran); /* the last variant */
+    CHECK_EQ_INT(ran[DSR1_PFTUNE_ARMS - 1], DSR1_PFTUNE_KEEP);
+    CHECK_EQ_INT(p.trials, 4);
     /* a trial's slow outlier in one variant's steps decides by the sums */
     dsr1_pftune q = {0};
-    for (int i = 0; i < 2 * DSR1_PFTUNE_TRIAL; i++)
-        dsr1_pftune_done(&q, (i & 1) ? 0.050 : (i == 0 ? 0.049 : 0.051));
+    for (int i = 0; i < DSR1_PFTUNE_ARMS * DSR1_PFTUNE_TRIAL; i++)
+        dsr1_pftune_done(&q, i % DSR1_PFTUNE_ARMS == 1 ? 0.050 : (i == 0 ? 0.049 : 0.051));
     CHECK_EQ_INT(dsr1_pftune_next(&q), 1);
 }

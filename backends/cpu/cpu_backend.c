@@ -314,7 +314,7 @@ static int cpu_step_begin(void *wsp, const dsr1_step *s, dsr1_error *err)
     w->step = *s;
     w->in_step = 1;
     /* One-token steps time themselves for pftune; other steps of up to 4
-     * tokens (the row GEMV's) run its current choice. */
+     * tokens (the row GEMV's) run its current choice (DSR1_GEMV_*). */
     int hw = s->n == 1 ? dsr1_pftune_next(&w->pft) : w->pft.choice;
     dsr1_pool_set_hwpf(dsr1_cpu_pool(w), hw);
     for (int k = 0; k < w->n_hpools; k++) dsr1_pool_set_hwpf(w->hpool[k], hw);

@@ -170,10 +170,13 @@ int dsr1_pool_amx(const dsr1_pool *p);
 /* How many times the AMX kernels ran their tiles in this pool (tests check
  * that the tile path ran, not only the VNNI kernels it leaves work to). */
 uint64_t dsr1_pool_amx_runs(dsr1_pool *p);
-/* Whether matmuls run on p leave the INT8 row GEMV's weight stream to the
- * hardware prefetcher (1) or ask for lines ahead (0, the default): speed
- * only, never a value (backends/cpu/pftune.h chooses while decoding). */
-void dsr1_pool_set_hwpf(dsr1_pool *p, int on);
+/* How matmuls run on p read their weights in the one-token GEMVs, a mask
+ * of DSR1_GEMV_*: speed only, never a value (backends/cpu/pftune.h
+ * chooses while decoding; 0 is the default). */
+#define DSR1_GEMV_HWPF 1 /* the INT8, INT4 and BF16 row GEMVs leave the stream to the
+                            hardware prefetcher instead of asking for lines ahead */
+#define DSR1_GEMV_I8T4 2 /* the INT8 GEMV reads four rows side by side at any width */
+void dsr1_pool_set_hwpf(dsr1_pool *p, int variant);
 int dsr1_pool_hwpf(const dsr1_pool *p);
 void dsr1_matmul_noamx(dsr1_pool *p, const dsr1_wmat *w, const float *x, int64_t ldx, float *y,
                        int64_t ldy, int n, dsr1_act act);

@@ -527,7 +527,8 @@ static void call_setup(mm_call *c, dsr1_pool *p, const dsr1_wmat *w, const dsr1_
     c->tmp_bytes = up ? ((size_t)n * (size_t)w->rows * sizeof(float) + 63) & ~(size_t)63 : 0;
     c->total = c->bytes + c->tmp_bytes + (size_t)c->ntasks * j.task_bytes;
     j.vbmi = c->avx && k != DSR1_MM_AVX512_NOVBMI && dsr1_mm_vbmi_usable();
-    j.hwpf = dsr1_pool_hwpf(p);
+    j.hwpf = (dsr1_pool_hwpf(p) & DSR1_GEMV_HWPF) != 0;
+    j.i8t4 = (dsr1_pool_hwpf(p) & DSR1_GEMV_I8T4) != 0;
     c->j = j;
     c->up = up;
     c->mt = (mm_task){.rows_per_task = per,

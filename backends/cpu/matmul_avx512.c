@@ -1685,7 +1685,12 @@ INLINE void gemv_i8_short4(const int nt, const int8_t *w, int64_t cols, const in
  * these shapes only. Rows of 7168 columns or fewer keep the row-at-a-time
  * stream, which stayed ahead there (2048 and 1536 columns 48-49 against
  * 41-42 GB/s tiled; the LM head 55-57 against 49-53). Without the
- * software prefetch the tiles ran even (3 runs). */
+ * software prefetch the tiles ran even (3 runs). On an Emerald Rapids
+ * Xeon it went the other way: a /tmp harness over 1.3 GB of R1 INT8
+ * shapes (the LM head, 2048x7168, 7168x2048), 2 threads, three runs,
+ * four rows 26.4-27.2 GB/s median against 23.2-23.3 one at a time. So
+ * narrower rows take the tiles too when the decoder's pftune picks
+ * DSR1_GEMV_I8T4 (j->i8t4). */
 #define GEMV_LONG 8192
 INLINE void gemv_i8_tile4(const int nt, const int8_t *w, int64_t cols, const int8_t *xq, int64_t ldx,
                           int32_t dot[4][4])
@@ -1777,7 +1782,7 @@ static void gemv_int8(const dsr1_mm_job *j, int64_t r0, int64_t r1)
             }
             i8_out4(j, r0, nt, dot);
         }
-    if (w->cols > GEMV_LONG && nt <= 2)
+    if ((w->cols > GEMV_LONG || j->i8t4) && w->cols > 256 && nt <= 2)
         for (; r0 + 4 <= r1; r0 += 4) {
             const int8_t *rows = (const int8_t *)w->data + r0 * w->cols;
             int32_t dot[4][4];

@@ -111,7 +111,9 @@ typedef struct dsr1_mm_job {
     int rq_rows;             /* rows an rq task requantises at a time: DSR1_MM_RQ_ROWS,
                                 DSR1_MM_AMX_STRIPES times that for the AMX kernel */
     int hwpf;                /* the INT8, INT4, BF16 row GEMVs without software prefetch
-                                (dsr1_pool_hwpf) */
+                                (DSR1_GEMV_HWPF of dsr1_pool_hwpf) */
+    int i8t4;                /* the INT8 GEMV four rows side by side at any width
+                                (DSR1_GEMV_I8T4) */
     int b16l;                /* BF16 weights in the fast mode, AVX-512: rows in lanes
                                 (dsr1_mm_rows_bf16_lanes_avx512), not the canonical
                                 order */

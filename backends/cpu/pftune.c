@@ -1,12 +1,12 @@
 /*
  * pftune.c - the decode-time prefetch choice (pftune.h).
  *
- * A cycle is a trial of 2 * DSR1_PFTUNE_TRIAL steps, the two variants
- * alternating (a slow second of the machine then costs both alike), then
- * DSR1_PFTUNE_KEEP steps of the variant whose trial steps were faster on
- * average. Steps of a decode differ little from one to the next (one more
- * cached position), so neighbours compare fairly. At most a trial's
- * losing half is spent on the slower variant: 6 of 108 steps.
+ * A cycle is a trial of DSR1_PFTUNE_ARMS * DSR1_PFTUNE_TRIAL steps, the
+ * variants in turn (a slow second of the machine then costs all alike),
+ * then DSR1_PFTUNE_KEEP steps of the variant whose trial steps were
+ * fastest on average. Steps of a decode differ little from one to the
+ * next (one more cached position), so neighbours compare fairly. At most
+ * the trial's losing variants' steps are spent slower: 18 of 120.
  *
  * Why: AMD EPYC Zen 5 VM, 2 threads, INT8 R1-shape file, one process
  * alternating the two variants step by step (256 steps): with the
@@ -18,21 +18,25 @@
  */
 #include "pftune.h"
 
+#define TRIAL_STEPS (DSR1_PFTUNE_ARMS * DSR1_PFTUNE_TRIAL)
+
 int dsr1_pftune_next(const dsr1_pftune *t)
 {
-    return t->at < 2 * DSR1_PFTUNE_TRIAL ? t->at & 1 : t->choice;
+    return t->at < TRIAL_STEPS ? t->at % DSR1_PFTUNE_ARMS : t->choice;
 }
 
 void dsr1_pftune_done(dsr1_pftune *t, double seconds)
 {
-    if (t->at < 2 * DSR1_PFTUNE_TRIAL) {
-        int v = t->at & 1;
-        t->sum[v] += seconds;
-        if (t->at == 2 * DSR1_PFTUNE_TRIAL - 1) {
-            t->choice = t->sum[1] < t->sum[0]; /* as many steps each */
-            t->sum[0] = t->sum[1] = 0;
+    if (t->at < TRIAL_STEPS) {
+        t->sum[t->at % DSR1_PFTUNE_ARMS] += seconds;
+        if (t->at == TRIAL_STEPS - 1) {
+            int best = 0; /* as many steps each; the lower variant on a tie */
+            for (int v = 1; v < DSR1_PFTUNE_ARMS; v++)
+                if (t->sum[v] < t->sum[best]) best = v;
+            t->choice = best;
+            for (int v = 0; v < DSR1_PFTUNE_ARMS; v++) t->sum[v] = 0;
             t->trials++;
         }
     }
-    if (++t->at == 2 * DSR1_PFTUNE_TRIAL + DSR1_PFTUNE_KEEP) t->at = 0;
+    if (++t->at == TRIAL_STEPS + DSR1_PFTUNE_KEEP) t->at = 0;
 }

@@ -2,7 +2,9 @@
  * pftune.h - choosing, while decoding, whether the INT8, INT4 and BF16 row GEMVs
  * (matmul_avx512.c, matmul_lanes_avx512.c) ask for their weight lines
  * ahead (software prefetch) or leave the stream to the hardware
- * prefetcher. Which is faster depends on how loaded the machine's
+ * prefetcher, and whether the INT8 GEMV reads its rows one at a time or
+ * four side by side. Which is faster depends on the CPU (four rows won on
+ * an Emerald Rapids Xeon, one on Zen 5: PERFORMANCE.md) and on how loaded the machine's
  * memory is, and on the VMs here that changes by the minute (README,
  * Performance: "What changed for decode (1f171c5)"): so the decoder
  * measures both, step against step, and keeps the faster for a while, then
@@ -16,19 +18,24 @@
 #ifndef DSR1_PFTUNE_H
 #define DSR1_PFTUNE_H
 
-/* Steps of each variant per trial (alternating), and steps the winner
- * then runs before the next trial. */
+/* Steps of each variant per trial (in turn), and steps the winner then
+ * runs before the next trial. */
 #define DSR1_PFTUNE_TRIAL 6
 #define DSR1_PFTUNE_KEEP 96
 
+/* The variants: two bits (kernels.h, DSR1_GEMV_*): bit 0 leaves the row
+ * GEMVs' stream to the hardware prefetcher, bit 1 runs the INT8 GEMV four
+ * rows side by side at any width (matmul_avx512.c, GEMV_LONG). */
+#define DSR1_PFTUNE_ARMS 4
+
 typedef struct dsr1_pftune {
     int at;          /* steps into the current trial + keep cycle */
-    int choice;      /* the variant kept: 0 software prefetch, 1 hardware only */
-    double sum[2];   /* this trial's step seconds per variant */
+    int choice;      /* the variant kept */
+    double sum[DSR1_PFTUNE_ARMS]; /* this trial's step seconds per variant */
     int trials;      /* trials finished (the tests count them) */
 } dsr1_pftune;
 
-/* The variant the next one-token step runs (0 or 1). */
+/* The variant the next one-token step runs (0 .. DSR1_PFTUNE_ARMS - 1). */
 int dsr1_pftune_next(const dsr1_pftune *t);
 /* That step took `seconds` (it ran dsr1_pftune_next's variant). */
 void dsr1_pftune_done(dsr1_pftune *t, double seconds);

@@ -60,8 +60,8 @@ struct dsr1_pool {
     int avx512;              /* dsr1_mm_avx512_usable() at creation */
     int amx;                 /* dsr1_mm_amx_usable() at creation */
     uint64_t amx_runs;       /* AMX kernel calls that ran tiles (__atomic; tests check the path ran) */
-    int hwpf;                /* the INT8, INT4, BF16 row GEMVs without software prefetch
-                                (dsr1_pool_set_hwpf: the decode-time choice, pftune.h) */
+    int hwpf;                /* DSR1_GEMV_* (dsr1_pool_set_hwpf: the decode-time choice,
+                                pftune.h) */
 };
 
 typedef struct worker_arg {
@@ -289,9 +289,9 @@ int dsr1_pool_amx(const dsr1_pool *p) { return p->amx; }
 uint64_t *dsr1_pool_amx_counter(dsr1_pool *p) { return p ? &p->amx_runs : NULL; }
 uint64_t dsr1_pool_amx_runs(dsr1_pool *p) { return p ? __atomic_load_n(&p->amx_runs, __ATOMIC_RELAXED) : 0; }
 
-void dsr1_pool_set_hwpf(dsr1_pool *p, int on)
+void dsr1_pool_set_hwpf(dsr1_pool *p, int variant)
 {
-    if (p) p->hwpf = on;
+    if (p) p->hwpf = variant;
 }
 
 int dsr1_pool_hwpf(const dsr1_pool *p) { return p ? p->hwpf : 0; }
