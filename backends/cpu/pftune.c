@@ -1,5 +1,5 @@
 /*
- * pftune.c - the decode-time prefetch choice (pftune.h).
+ * pftune.c - the decode-time GEMV choice: prefetch and INT8 row layout (pftune.h).
  *
  * A cycle is a trial of DSR1_PFTUNE_ARMS * DSR1_PFTUNE_TRIAL steps, the
  * variants in turn (a slow second of the machine then costs all alike),
