@@ -689,7 +689,8 @@ static void fast_vs_f32_seq(dsr1_test_ctx *t, dsr1_model *mx, dsr1_model *mf, co
 /* fast_vs_f32_seq over the 23-token prefill and three sequences of 64
  * random ids, the fast model opened with `of` (and the float32 one) on
  * path; 0, or -1 when a model did not open (the check has failed). */
-static int fast_vs_f32_all(dsr1_test_ctx *t, const char *path, dsr1_model_options of, fast_stats *st)
+static int fast_vs_f32_all(dsr1_test_ctx *t, const char *path, dsr1_model_options of, int nseq,
+                           fast_stats *st)
 {
     int32_t ids[23] = {1935, 1281, 1402, 1837, 1185, 1589, 1707, 463, 116, 616, 585, 1789,
                        1869, 13, 1025, 1682, 271, 1633, 246, 959, 1672, 622, 701};
@@ -704,7 +705,7 @@ static int fast_vs_f32_all(dsr1_test_ctx *t, const char *path, dsr1_model_option
     *st = (fast_stats){.worst_cos = 1};
     if (!rc) fast_vs_f32_seq(t, mx, mf, ids, 23, st);
     uint64_t x = 0xe7a1;
-    for (int k = 0; k < 3 && !rc; k++) {
+    for (int k = 0; k < nseq && !rc; k++) {
         int32_t rnd[64];
         for (int i = 0; i < 64; i++) {
             x = x * 6364136223846793005ull + 1442695040888963407ull;
@@ -748,7 +749,7 @@ DSR1_TEST(forward_fast_vs_f32)
     if (!path) DSR1_SKIP("tiny fixture could not be converted");
     DSR1_TEST_NEED_BACKEND();
     fast_stats st;
-    if (fast_vs_f32_all(t, path, (dsr1_model_options){.fp8_bf16 = 1}, &st)) return;
+    if (fast_vs_f32_all(t, path, (dsr1_model_options){.fp8_bf16 = 1}, 3, &st)) return;
     print_stats("fast (fp8 bf16)", &st);
     CHECK(st.worst_cos > 0.999);
     CHECK(st.worst_kl < 5e-3);
@@ -768,7 +769,17 @@ DSR1_TEST(forward_fast_vs_f32)
  * W8A8 (requantisation tables, from 24 tokens) 74 of 645 flips, cosine
  * 0.99940, KL 1.6e-2 at 30 clean positions (before the tables, from 48
  * tokens: 67, 0.99924, 1.1e-2 at 42); the INT8 file 58 flips, 0.99933,
- * 1.5e-2 at 13; the bf16 path 9 flips. */
+ * 1.5e-2 at 13; the bf16 path 9 flips.
+ *
+ * On twelve random sequences, not the three of the test above: a flip is
+ * a near tie of the random router going the other way, so on three
+ * sequences the counts move by several with any change of rounding. On a
+ * 2-core Emerald Rapids Xeon (AMX) the three gave W8A8 91 and INT8 57
+ * flips of 645 (the bound: 91.95), and after the naive attention's
+ * products moved onto the tiles (about 1e-5 of each term from float32)
+ * 92 and 56, over it; on twelve, 291 and 248 of 2373 before (bound 396)
+ * and 305 and 235 after (bound 376), on fifteen 378 / 321 and 382 / 301. */
+#define W8A8_SEQS 12
 DSR1_TEST(forward_fast_w8a8_vs_int8_file)
 {
     const char *path = dsr1_test_tiny_model();
@@ -781,8 +792,8 @@ DSR1_TEST(forward_fast_w8a8_vs_int8_file)
     CHECKF(rc == 0, "convert --type int8: %.300s", out);
     if (rc) return;
     fast_stats w, q;
-    if (fast_vs_f32_all(t, path, (dsr1_model_options){0}, &w)) return;
-    if (fast_vs_f32_all(t, i8, (dsr1_model_options){0}, &q)) return;
+    if (fast_vs_f32_all(t, path, (dsr1_model_options){0}, W8A8_SEQS, &w)) return;
+    if (fast_vs_f32_all(t, i8, (dsr1_model_options){0}, W8A8_SEQS, &q)) return;
     print_stats("fast (fp8 w8a8)", &w);
     print_stats("INT8 file, fast", &q);
     CHECKF(2 * w.differ <= 3 * q.differ + w.token_layers / 50, "routing flips: w8a8 %d, int8 %d of %d",
@@ -792,7 +803,7 @@ DSR1_TEST(forward_fast_w8a8_vs_int8_file)
     CHECKF(w.worst_kl <= 2 * q.worst_kl, "worst KL: w8a8 %.3g, int8 %.3g", w.worst_kl, q.worst_kl);
     /* and W8A8 did run: the bf16 path gives other statistics */
     fast_stats b;
-    if (fast_vs_f32_all(t, path, (dsr1_model_options){.fp8_bf16 = 1}, &b)) return;
+    if (fast_vs_f32_all(t, path, (dsr1_model_options){.fp8_bf16 = 1}, W8A8_SEQS, &b)) return;
     CHECK(memcmp(&b, &w, sizeof b) != 0);
 }
 

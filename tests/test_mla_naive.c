@@ -15,6 +15,7 @@
  * of order 1), 2e-5 in float32.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -337,16 +338,25 @@ DSR1_TEST(mla_naive_transpose_avx512)
  * columns 16, 20, 128; key widths 32 and 192), strides past the widths;
  * each output within 1e-5 of the sum of its terms' magnitudes, and nothing
  * written between rows (the output's padding keeps its -7). */
-/* 1 when got is further than 1e-5 of the terms' magnitudes from the
- * double sum of a[i * sa] * b[i * sb], i < k. */
-static int dot_off(const float *a, int64_t sa, const float *b, int64_t sb, int k, float got)
+/* 1 when got is further than tol of the terms' magnitudes from the double
+ * sum of a[i * sa] * b[i * sb], i < k; *worst: the largest such ratio. */
+static int dot_off_tol(const float *a, int64_t sa, const float *b, int64_t sb, int k, float got,
+                       double tol, double *worst)
 {
     double want = 0, mag = 0;
     for (int i = 0; i < k; i++) {
         want += (double)a[i * sa] * b[i * sb];
         mag += fabs((double)a[i * sa] * b[i * sb]);
     }
-    return !(fabs(got - want) <= 1e-5 * mag);
+    const double r = mag > 0 ? fabs(got - want) / mag : fabs(got - want);
+    if (r > *worst) *worst = r;
+    return !(fabs(got - want) <= tol * mag);
+}
+
+static int dot_off(const float *a, int64_t sa, const float *b, int64_t sb, int k, float got)
+{
+    double worst = 0;
+    return dot_off_tol(a, sa, b, sb, k, got, 1e-5, &worst);
 }
 
 DSR1_TEST(mla_naive_products_avx512)
@@ -380,4 +390,54 @@ DSR1_TEST(mla_naive_products_avx512)
                n, pb, qk, vd, bad, spill);
         free(q), free(kt), free(s), free(v), free(o);
     }
+}
+
+/* The tiles' products (naive_amx_avx512.c) on the same shapes, and 1 and
+ * 33 tokens against 70 positions, keys from nope + rope parts (rope 0 for
+ * key widths of 32): each output within 5e-5 of its terms' magnitudes
+ * from the double sum (three bf16 products leave about 2^-16 of each term;
+ * with the hi.lo or lo.hi product dropped the error is about 2^-9), and
+ * nothing written past a row. */
+DSR1_TEST(mla_naive_products_amx)
+{
+    if (!dsr1_mm_amx_usable()) DSR1_SKIP("no AMX tiles on this CPU (or Linux did not grant them)");
+    static const int shapes[][4] = {/* n, pb (= P), qk, vd */
+                                    {1, 1, 32, 16},      {5, 17, 32, 20},  {7, 33, 192, 128},
+                                    {64, 150, 192, 128}, {6, 150, 32, 16}, {1, 70, 192, 128},
+                                    {33, 70, 192, 128}};
+    unsigned sd = 59;
+    double worst = 0;
+    for (int si = 0; si < 7; si++) {
+        const int n = shapes[si][0], P = shapes[si][1], qk = shapes[si][2], vd = shapes[si][3];
+        const int rope = qk > 32 ? 64 : 0, nope = qk - rope;
+        const int64_t ldq = qk + 3, ldk = qk + 7, lds = P + 2, ldv = vd + 9, ldo = vd + 4;
+        float *q = malloc((size_t)n * ldq * 4), *k = malloc((size_t)P * ldk * 4);
+        float *s = malloc((size_t)n * lds * 4), *v = malloc((size_t)P * ldv * 4);
+        float *o = malloc((size_t)n * ldo * 4);
+        void *mem = malloc(dsr1_naive_tiles_bytes(P, qk, vd));
+        for (int64_t i = 0; i < n * ldq; i++) q[i] = frand1(&sd);
+        for (int64_t i = 0; i < P * ldk; i++) k[i] = frand1(&sd);
+        for (int64_t i = 0; i < P * ldv; i++) v[i] = frand1(&sd);
+        for (int64_t i = 0; i < n * lds; i++) s[i] = -7.0f;
+        for (int64_t i = 0; i < n * ldo; i++) o[i] = -7.0f;
+        dsr1_naive_tiles tl;
+        dsr1_naive_tiles_place(&tl, mem, P, qk, vd);
+        dsr1_naive_keys_amx(&tl, k, ldk, nope, rope ? k + nope : NULL, ldk, rope);
+        dsr1_naive_vals_amx(&tl, v, ldv, vd);
+        dsr1_naive_scores_amx(&tl, q, ldq, n, qk, P, s, lds);
+        dsr1_naive_values_amx(&tl, s, lds, n, P, vd, o, ldo);
+        int bad = 0, spill = 0;
+        for (int tk = 0; tk < n; tk++) {
+            for (int p = 0; p < P; p++)
+                bad += dot_off_tol(q + tk * ldq, 1, k + p * ldk, 1, qk, s[tk * lds + p], 5e-5, &worst);
+            for (int d = 0; d < vd; d++)
+                bad += dot_off_tol(s + tk * lds, 1, v + d, ldv, P, o[tk * ldo + d], 5e-5, &worst);
+            for (int64_t p = P; p < lds; p++) spill += s[tk * lds + p] != -7.0f;
+            for (int64_t d = vd; d < ldo; d++) spill += o[tk * ldo + d] != -7.0f;
+        }
+        CHECKF(!bad && !spill, "n %d, %d positions, qk %d, vd %d: %d outputs off, %d written past a row",
+               n, P, qk, vd, bad, spill);
+        free(q), free(k), free(s), free(v), free(o), free(mem);
+    }
+    if (getenv("DSR1_TEST_VERBOSE")) fprintf(stderr, "worst error %.2g of the terms' magnitudes\n", worst);
 }

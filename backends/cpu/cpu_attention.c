@@ -48,7 +48,8 @@
  * (Tried: each product as two bf16 products over x = bf16(x) + bf16(x -
  * bf16(x)), 1e-5 relative to float32; the bf16 kernels are 2.5-4x faster
  * than float32 on these shapes alone, but a 512-token prefill of the
- * R1-shape model did not get faster, so the simpler float32 stays.)
+ * R1-shape model did not get faster, so the simpler float32 stays. On
+ * AMX the naive form's products do split, three ways: naive_amx_avx512.c.)
  *
  * Costs: the gather copies P rows per (sequence run, layer) and the
  * transpose P x kv_lora_rank values per tile: small next to the products

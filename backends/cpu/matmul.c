@@ -86,7 +86,9 @@ int dsr1_mm_amx_usable(void)
     unsigned a, b, c, d, max = __get_cpuid_max(0, NULL);
     if (max < 7 || !dsr1_mm_avx512_usable()) return 0;
     __cpuid_count(7, 0, a, b, c, d);
-    if (!((d >> 24) & 1) || !((d >> 25) & 1)) return 0; /* AMX-TILE, AMX-INT8 */
+    /* AMX-TILE, AMX-INT8, and AMX-BF16 (the BF16 weights' and the naive
+     * attention's tiles): every AMX CPU so far has all three */
+    if (!((d >> 24) & 1) || !((d >> 25) & 1) || !((d >> 22) & 1)) return 0;
     unsigned xlo, xhi;
     __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
     (void)xhi;

@@ -241,6 +241,29 @@ void dsr1_naive_scores_avx512(const float *q, int64_t ldq, int n, const float *k
                               int qk, int pb, float *s, int64_t lds);
 void dsr1_naive_values_avx512(const float *s, int64_t lds, int n, const float *v, int64_t ldv, int vd,
                               int pb, float *out, int64_t ldo);
+/* naive_amx_avx512.c, the same products on AMX tiles in three bf16
+ * products (hi.hi + hi.lo + lo.hi, about 2^-16 of each term from float32;
+ * only where dsr1_pool_amx holds). A head's keys and values are stored
+ * once (dsr1_naive_keys_amx, _vals_amx) in the memory dsr1_naive_tiles_bytes
+ * gives for P positions (qk <= 512), then each tile of tokens takes its
+ * scores against positions [0, pb) and its values over them. */
+typedef struct dsr1_naive_tiles {
+    int P, qkp, vdp;   /* positions; qk and vd rounded up to 32 */
+    int64_t ldkb;      /* kb's row stride (32-bit pairs) */
+    uint32_t *kb;      /* keys: [hi, lo][qkp / 2][ldkb] bf16 pairs */
+    uint32_t *vb;      /* values: [hi, lo][P rounded up to 32, / 2][vdp] */
+    uint16_t *a;       /* a 32-token block's rows, [hi | lo] each */
+} dsr1_naive_tiles;
+size_t dsr1_naive_tiles_bytes(int P, int qk, int vd);
+void dsr1_naive_tiles_place(dsr1_naive_tiles *t, void *mem, int P, int qk, int vd);
+/* key p = [kn[p][0, nope) | kr[p][0, rope)] (rows at ldn, ldr) */
+void dsr1_naive_keys_amx(const dsr1_naive_tiles *t, const float *kn, int64_t ldn, int nope, const float *kr,
+                         int64_t ldr, int rope);
+void dsr1_naive_vals_amx(const dsr1_naive_tiles *t, const float *v, int64_t ldv, int vd);
+void dsr1_naive_scores_amx(const dsr1_naive_tiles *t, const float *q, int64_t ldq, int n, int qk, int pb,
+                           float *s, int64_t lds);
+void dsr1_naive_values_amx(const dsr1_naive_tiles *t, const float *s, int64_t lds, int n, int pb, int vd,
+                           float *out, int64_t ldo);
 /* FP8 as W8A8's order with rows in lanes (j->xgs set, n >= 24, columns a
  * multiple of 64): since the tokens-in-lanes kernel below, only AMX's
  * leftover rows come here. */

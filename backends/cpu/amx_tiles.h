@@ -1,0 +1,37 @@
+/*
+ * amx_tiles.h - the AMX tile instructions as inline asm, shared by the
+ * tile kernels (matmul_amx_avx512.c, naive_amx_avx512.c). Why asm and not
+ * GCC's intrinsics, and why the full configuration is read-only data:
+ * matmul_amx_avx512.c's header. Only the assembler sees these
+ * instructions, and they run only behind dsr1_pool_amx's check.
+ */
+#ifndef DSR1_AMX_TILES_H
+#define DSR1_AMX_TILES_H
+
+#include <stdint.h>
+
+/* ldtilecfg's 64 bytes: palette 1, tiles 0-7 of 16 rows x 64 bytes. */
+typedef struct amx_cfg {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_cfg;
+
+static const amx_cfg amx_16x64 = {
+    .palette = 1,
+    .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
+    .rows = {16, 16, 16, 16, 16, 16, 16, 16},
+};
+
+#define T_CFG(p) __asm__ volatile("ldtilecfg %0" ::"m"(*(p)))
+#define T_RELEASE() __asm__ volatile("tilerelease" ::: "memory")
+#define T_ZERO(t) __asm__ volatile("tilezero %%tmm" #t ::)
+#define T_LOAD(t, base, stride) \
+    __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"(base), "r"((long)(stride)) : "memory")
+#define T_STORE(t, base, stride) \
+    __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"(base), "r"((long)(stride)) : "memory")
+/* tmm_c += tmm_a (signed bytes) . tmm_b (unsigned bytes); AT&T order */
+#define T_DP(c, a, b) __asm__ volatile("tdpbsud %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
+/* tmm_c (float) += tmm_a (bf16 pairs) . tmm_b (bf16 pairs) */
+#define T_DPBF(c, a, b) __asm__ volatile("tdpbf16ps %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
+#endif
