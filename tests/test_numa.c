@@ -419,8 +419,10 @@ DSR1_TEST(numa_model_logits_bit_identical)
 /* The CPU backend applies pftune's choice: each one-token step sets the
  * variant pftune names on the workspace's pool and on every per-head
  * pool (the trial runs them in turn), a step of more tokens runs the kept
- * choice and is not timed, and a finished trial is counted. */
-DSR1_TEST(pftune_applied_per_step)
+ * choice and is not timed, and a finished trial is counted. With an INT8
+ * matrix loaded the trial runs all four variants, without one the two
+ * that differ there (the INT8 row layout bit would change nothing). */
+static void pftune_applied(dsr1_test_ctx *t, int with_int8)
 {
     const dsr1_backend_ops *be;
     void *dev = NULL, *ws = NULL;
@@ -429,16 +431,23 @@ DSR1_TEST(pftune_applied_per_step)
     dsr1_backend_options o = {.threads = 2};
     CHECK_OK(be->create(&o, &dev, &err), &err);
     if (!dev) return;
+    int8_t q[64] = {1};
+    float sc[2] = {1, 1};
+    dsr1_wdesc d = {.name = "w", .count = 1,
+                    .mat = {.type = DSR1_T_INT8, .rows = 2, .cols = 32, .data = q, .scale = sc,
+                            .scale_type = DSR1_T_F32}};
+    dsr1_bweight *bw = NULL;
+    if (with_int8) CHECK_OK(be->load(dev, &d, DSR1_PLACE_DEVICE, &bw, &err), &err);
     dsr1_ws_sizes s = {.max_tokens = 4, .hidden = MD, .inter = MI, .moe_inter = MI, .n_experts = ME,
                        .topk = MK, .shared_inter = MI, .max_in = MI, .n_heads = 1, .kv_lora_rank = 16,
                        .rope_dim = 8, .max_ctx = 16, .kv_type = DSR1_KV_F32};
     CHECK_OK(be->ws_create(dev, &s, &ws, &err), &err);
     cpu_ws *w = ws;
-    const int trial = DSR1_PFTUNE_ARMS * DSR1_PFTUNE_TRIAL;
+    const int arms = with_int8 ? DSR1_PFTUNE_ARMS : 2, trial = arms * DSR1_PFTUNE_TRIAL;
     for (int i = 0; w && i < trial + 2; i++) {
         int n = i == trial + 1 ? 3 : 1;
         dsr1_step stp = {.n = n};
-        int want = i < trial ? i % DSR1_PFTUNE_ARMS : w->pft.choice, at = w->pft.at;
+        int want = i < trial ? i % arms : w->pft.choice, at = w->pft.at;
         CHECK_OK(be->step_begin(ws, &stp, &err), &err);
         CHECKF(dsr1_pool_hwpf(dsr1_cpu_pool(w)) == want, "step %d (n=%d): pool hwpf %d, want %d", i, n,
                dsr1_pool_hwpf(dsr1_cpu_pool(w)), want);
@@ -449,4 +458,10 @@ DSR1_TEST(pftune_applied_per_step)
     if (w) CHECK_EQ_INT(w->pft.trials, 1);
     if (ws) be->ws_free(ws);
     be->destroy(dev);
+}
+
+DSR1_TEST(pftune_applied_per_step)
+{
+    pftune_applied(t, 1);
+    pftune_applied(t, 0);
 }

@@ -178,5 +178,13 @@ DSR1_TEST(pftune_keeps_the_faster_variant)
     dsr1_pftune q = {0};
     for (int i = 0; i < DSR1_PFTUNE_ARMS * DSR1_PFTUNE_TRIAL; i++)
         dsr1_pftune_done(&q, i % DSR1_PFTUNE_ARMS == 1 ? 0.050 : (i == 0 ? 0.049 : 0.051));
-    CHECK_EQ_INT(dsr1_pftune_next(&q), 1);
+    CHECK_EQ_INT(dsr1_pftune_next(&q), 1);    /* two arms (no INT8 matrix): a trial of 2 x DSR1_PFTUNE_TRIAL steps
+     * over variants 0 and 1, then the faster kept */
+    dsr1_pftune r = {.arms = 2};
+    for (int i = 0; i < 2 * DSR1_PFTUNE_TRIAL; i++) {
+        CHECK_EQ_INT(dsr1_pftune_next(&r), i % 2);
+        dsr1_pftune_done(&r, i % 2 ? 0.050 : 0.052);
+    }
+    CHECK_EQ_INT(r.trials, 1);
+    CHECK_EQ_INT(dsr1_pftune_next(&r), 1);
 }

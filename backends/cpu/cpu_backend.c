@@ -100,7 +100,10 @@ static int cpu_load(void *dev, const dsr1_wdesc *d, dsr1_placement where, dsr1_b
     if (!w) return dsr1_errorf(err, DSR1_ENOMEM, "cpu backend: out of memory");
     w->count = d->count;
     w->node = NULL;
-    for (int64_t i = 0; i < d->count; i++) w->m[i] = dsr1_wdesc_mat(d, i);
+    for (int64_t i = 0; i < d->count; i++) {
+        w->m[i] = dsr1_wdesc_mat(d, i);
+        cd->int8_weights |= w->m[i].type == DSR1_T_INT8;
+    }
     w->next = cd->weights;
     cd->weights = w;
     DSR1_TRY(dsr1_cpu_numa_load(cd, d, w, err));
@@ -233,6 +236,7 @@ static int cpu_ws_create(void *dev, const dsr1_ws_sizes *s, void **out, dsr1_err
     if (!w) return dsr1_errorf(err, DSR1_ENOMEM, "cpu backend: out of memory");
     w->dev = dev;
     w->s = *s;
+    w->pft.arms = w->dev->int8_weights ? DSR1_PFTUNE_ARMS : 2; /* the weights are loaded by now */
     size_t T = (size_t)s->max_tokens, D = (size_t)s->hidden, E = (size_t)s->n_experts;
     size_t K = (size_t)(s->topk > 0 ? s->topk : 1), I = (size_t)s->inter;
     if ((size_t)s->moe_inter > I) I = (size_t)s->moe_inter;

@@ -50,6 +50,8 @@ typedef struct cpu_dev {
     int fast_gemm;           /* not deterministic and oneDNN has bf16 kernels */
     int fp8_w8a8;            /* fast mode without --fp8-prefill bf16: DSR1_ACT_INT8_FAST */
     int amx;                 /* fast_gemm and oneDNN runs AMX tiles here */
+    int int8_weights;        /* an INT8 matrix is loaded: pftune also tries the
+                                INT8 GEMV's row layout (pftune.h, arms) */
     const char *mode;        /* the compute mode, for describe */
     struct dsr1_bweight *weights;
     char desc[192];

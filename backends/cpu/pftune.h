@@ -29,6 +29,8 @@
 #define DSR1_PFTUNE_ARMS 4
 
 typedef struct dsr1_pftune {
+    int arms;        /* variants tried: 2 where no INT8 GEMV runs (bit 1
+                        would change nothing), else 0 or DSR1_PFTUNE_ARMS */
     int at;          /* steps into the current trial + keep cycle */
     int choice;      /* the variant kept */
     double sum[DSR1_PFTUNE_ARMS]; /* this trial's step seconds per variant */
