@@ -188,32 +188,31 @@ void dsr1_naive_vals_amx(const dsr1_naive_tiles *t, const float *v, int64_t ldv,
     }
 }
 
-void dsr1_naive_scores_amx(const dsr1_naive_tiles *t, const float *q, int64_t ldq, int n, int qk, int pb,
-                           float *s, int64_t lds)
+/* out[t][0, nc) for t < n: x's rows (k floats each, at ldx) split into
+ * A 32 tokens at a time, against B (b, ldb; its lo part at blo). */
+static void product(uint16_t *abuf, const float *x, int64_t ldx, int n, int64_t k, const uint32_t *b,
+                    int64_t ldb, int64_t blo, int64_t nc, float *out, int64_t ldo)
 {
-    const int64_t np = t->qkp, lda = a_ld(qk);
+    const int64_t np = up32(k), lda = a_ld(k);
     T_CFG(&amx_16x64);
     for (int t0 = 0; t0 < n; t0 += 32) {
         const int m = n - t0 < 32 ? n - t0 : 32;
         for (int i = 0; i < 32; i++)
-            if (i < m) a_row(q + (int64_t)(t0 + i) * ldq, qk, np, t->a + i * lda);
-            else memset(t->a + i * lda, 0, (size_t)(2 * np) * sizeof(uint16_t));
-        run_tiles(m, pb, t->a, lda, np, t->kb, t->ldkb, np / 2 * t->ldkb, s + (int64_t)t0 * lds, lds);
+            if (i < m) a_row(x + (int64_t)(t0 + i) * ldx, k, np, abuf + i * lda);
+            else memset(abuf + i * lda, 0, (size_t)(2 * np) * sizeof(uint16_t));
+        run_tiles(m, nc, abuf, lda, np, b, ldb, blo, out + (int64_t)t0 * ldo, ldo);
     }
     T_RELEASE();
+}
+
+void dsr1_naive_scores_amx(const dsr1_naive_tiles *t, const float *q, int64_t ldq, int n, int qk, int pb,
+                           float *s, int64_t lds)
+{
+    product(t->a, q, ldq, n, qk, t->kb, t->ldkb, (int64_t)t->qkp / 2 * t->ldkb, pb, s, lds);
 }
 
 void dsr1_naive_values_amx(const dsr1_naive_tiles *t, const float *s, int64_t lds, int n, int pb, int vd,
                            float *out, int64_t ldo)
 {
-    const int64_t np = up32(pb), lda = a_ld(pb);
-    T_CFG(&amx_16x64);
-    for (int t0 = 0; t0 < n; t0 += 32) {
-        const int m = n - t0 < 32 ? n - t0 : 32;
-        for (int i = 0; i < 32; i++)
-            if (i < m) a_row(s + (int64_t)(t0 + i) * lds, pb, np, t->a + i * lda);
-            else memset(t->a + i * lda, 0, (size_t)(2 * np) * sizeof(uint16_t));
-        run_tiles(m, vd, t->a, lda, np, t->vb, t->vdp, up32(t->P) / 2 * t->vdp, out + (int64_t)t0 * ldo, ldo);
-    }
-    T_RELEASE();
+    product(t->a, s, lds, n, pb, t->vb, t->vdp, up32(t->P) / 2 * t->vdp, vd, out, ldo);
 }
