@@ -416,12 +416,13 @@ DSR1_TEST(numa_model_logits_bit_identical)
     sched_setaffinity(0, sizeof saved, &saved);
 }
 
-/* The CPU backend applies pftune's choice: each one-token step sets the
- * variant pftune names on the workspace's pool and on every per-head
- * pool (the trial runs them in turn), a step of more tokens runs the kept
- * choice and is not timed, and a finished trial is counted. With an INT8
- * matrix loaded the trial runs all four variants, without one the two
- * that differ there (the INT8 row layout bit would change nothing). */
+/* The CPU backend applies pftune's choice: each step sets the kept
+ * variant on the workspace's pool and on every per-head pool; a one-token
+ * step of a trial hands the workspace's pool to the tuner, whose variants
+ * its one-token matmuls then take call by call (a matmul of more tokens
+ * takes none), and only one-token steps are counted. With an INT8 matrix
+ * loaded the trial runs all four variants, without one the two that
+ * differ there (the INT8 row layout bit would change nothing). */
 static void pftune_applied(dsr1_test_ctx *t, int with_int8)
 {
     const dsr1_backend_ops *be;
@@ -443,17 +444,34 @@ static void pftune_applied(dsr1_test_ctx *t, int with_int8)
                        .rope_dim = 8, .max_ctx = 16, .kv_type = DSR1_KV_F32};
     CHECK_OK(be->ws_create(dev, &s, &ws, &err), &err);
     cpu_ws *w = ws;
-    const int arms = with_int8 ? DSR1_PFTUNE_ARMS : 2, trial = arms * DSR1_PFTUNE_TRIAL;
+    const int arms = with_int8 ? DSR1_PFTUNE_ARMS : 2, trial = arms * DSR1_PFTUNE_ROUNDS;
+    float x[2 * 32] = {1}, y[2 * 2];
     for (int i = 0; w && i < trial + 2; i++) {
-        int n = i == trial + 1 ? 3 : 1;
+        int n = i == 1 || i == trial + 1 ? 3 : 1; /* a 3-token step inside the trial and after it */
         dsr1_step stp = {.n = n};
-        int want = i < trial ? i % arms : w->pft.choice, at = w->pft.at;
+        int at = w->pft.at, want = w->pft.choice, tuned = n == 1 && at < trial;
         CHECK_OK(be->step_begin(ws, &stp, &err), &err);
-        CHECKF(dsr1_pool_hwpf(dsr1_cpu_pool(w)) == want, "step %d (n=%d): pool hwpf %d, want %d", i, n,
-               dsr1_pool_hwpf(dsr1_cpu_pool(w)), want);
-        for (int k = 0; k < w->n_hpools; k++) CHECK_EQ_INT(dsr1_pool_hwpf(w->hpool[k]), want);
+        dsr1_pool *p = dsr1_cpu_pool(w);
+        CHECKF(dsr1_pool_hwpf(p) == want, "step %d (n=%d): pool hwpf %d, want %d", i, n,
+               dsr1_pool_hwpf(p), want);
+        for (int k = 0; k < w->n_hpools; k++) {
+            CHECK_EQ_INT(dsr1_pool_hwpf(w->hpool[k]), want);
+            CHECK(dsr1_pool_tune(w->hpool[k]) == NULL);
+        }
+        CHECKF((dsr1_pool_tune(p) == &w->pft) == tuned, "step %d (n=%d): tuner %s", i, n,
+               tuned ? "missing" : "set");
+        if (with_int8) {
+            const dsr1_wmat *m = dsr1_cpu_mat(bw, 0);
+            dsr1_matmul(p, m, x, 32, y, 2, 2, DSR1_ACT_BF16); /* two tokens: not the tuner's */
+            CHECK_EQ_INT(w->pft.call, 0);
+            dsr1_matmul(p, m, x, 32, y, 2, 1, DSR1_ACT_BF16);
+            dsr1_matmul(p, m, x, 32, y, 2, 1, DSR1_ACT_BF16);
+            CHECK_EQ_INT(w->pft.call, tuned ? 2 : 0);
+        }
         CHECK_OK(be->step_end(ws, &err), &err);
-        CHECK_EQ_INT(w->pft.at, n == 1 ? at + 1 : at); /* only one-token steps are timed */
+        CHECK(dsr1_pool_tune(p) == NULL);
+        CHECK_EQ_INT(w->pft.call, 0);
+        CHECK_EQ_INT(w->pft.at, n == 1 ? at + 1 : at); /* only one-token steps count */
     }
     if (w) CHECK_EQ_INT(w->pft.trials, 1);
     if (ws) be->ws_free(ws);

@@ -142,21 +142,43 @@ DSR1_TEST(pool_idle_workers_sleep)
     CHECKF(took < 1.5, "300 pools made, run and freed in %.2f s: freeing waits for spinning workers", took);
 }
 
-/* pftune (the decode-time GEMV choice): a trial runs the variants in
- * turn step by step, then the one whose trial steps took least time runs
- * DSR1_PFTUNE_KEEP steps, then a new trial; when the machine turns
- * (another variant becomes faster) the next trial follows it. */
+/* pftune (the decode-time GEMV choice): a trial's steps hand their
+ * calls the variants in turn, shifted by one a step, so over `arms` steps
+ * every call of the step ran every variant once; then the variant whose
+ * calls took least time in all runs DSR1_PFTUNE_KEEP steps, then a new
+ * trial; when the machine turns (another variant becomes faster) the next
+ * trial follows it. The step below has 7 calls of unequal sizes: with the
+ * variants in a fixed order per call a slow variant could hide behind
+ * small calls. */
+#define PFT_CALLS 7
+static double pft_call_s(int call, int v, int faster)
+{
+    static const double size[PFT_CALLS] = {1, 40, 3, 3, 90, 0.5, 12};
+    return 1e-4 * size[call] * (v == faster ? 1.0 : 1.05);
+}
+
 static void pftune_cycle(dsr1_test_ctx *t, dsr1_pftune *p, int faster, int *ran)
 {
-    for (int i = 0; i < DSR1_PFTUNE_ARMS * DSR1_PFTUNE_TRIAL; i++) {
-        int v = dsr1_pftune_next(p);
-        CHECK_EQ_INT(v, i % DSR1_PFTUNE_ARMS);
-        dsr1_pftune_done(p, v == faster ? 0.050 : 0.053 + 0.001 * (i % 3));
+    const int na = p->arms ? p->arms : DSR1_PFTUNE_ARMS;
+    int seen[PFT_CALLS][DSR1_PFTUNE_ARMS] = {{0}};
+    for (int s = 0; s < na * DSR1_PFTUNE_ROUNDS; s++) {
+        CHECK(dsr1_pftune_trial(p));
+        for (int i = 0; i < PFT_CALLS; i++) {
+            int v = dsr1_pftune_call(p);
+            CHECK(v >= 0 && v < na);
+            if (v < 0 || v >= na) return;
+            seen[i][v]++;
+            dsr1_pftune_call_done(p, v, pft_call_s(i, v, faster));
+        }
+        dsr1_pftune_step_done(p);
     }
-    for (int i = 0; i < DSR1_PFTUNE_KEEP; i++) {
-        int v = dsr1_pftune_next(p);
-        ran[v]++;
-        dsr1_pftune_done(p, v == faster ? 0.050 : 0.053);
+    /* balanced: each call ran each variant DSR1_PFTUNE_ROUNDS times */
+    for (int i = 0; i < PFT_CALLS; i++)
+        for (int v = 0; v < na; v++) CHECK_EQ_INT(seen[i][v], DSR1_PFTUNE_ROUNDS);
+    for (int s = 0; s < DSR1_PFTUNE_KEEP; s++) {
+        CHECK(!dsr1_pftune_trial(p));
+        ran[p->choice]++;
+        dsr1_pftune_step_done(p);
     }
 }
 
@@ -174,17 +196,28 @@ DSR1_TEST(pftune_keeps_the_faster_variant)
     pftune_cycle(t, &p, DSR1_PFTUNE_ARMS - 1, ran); /* the last variant */
     CHECK_EQ_INT(ran[DSR1_PFTUNE_ARMS - 1], DSR1_PFTUNE_KEEP);
     CHECK_EQ_INT(p.trials, 4);
-    /* a trial's slow outlier in one variant's steps decides by the sums */
-    dsr1_pftune q = {0};
-    for (int i = 0; i < DSR1_PFTUNE_ARMS * DSR1_PFTUNE_TRIAL; i++)
-        dsr1_pftune_done(&q, i % DSR1_PFTUNE_ARMS == 1 ? 0.050 : (i == 0 ? 0.049 : 0.051));
-    CHECK_EQ_INT(dsr1_pftune_next(&q), 1);    /* two arms (no INT8 matrix): a trial of 2 x DSR1_PFTUNE_TRIAL steps
-     * over variants 0 and 1, then the faster kept */
+    /* two arms (no INT8 matrix): 2 x DSR1_PFTUNE_ROUNDS trial steps over
+     * variants 0 and 1, then the faster kept */
     dsr1_pftune r = {.arms = 2};
-    for (int i = 0; i < 2 * DSR1_PFTUNE_TRIAL; i++) {
-        CHECK_EQ_INT(dsr1_pftune_next(&r), i % 2);
-        dsr1_pftune_done(&r, i % 2 ? 0.050 : 0.052);
-    }
+    int ran2[DSR1_PFTUNE_ARMS] = {0};
+    pftune_cycle(t, &r, 1, ran2);
+    CHECK_EQ_INT(ran2[1], DSR1_PFTUNE_KEEP);
     CHECK_EQ_INT(r.trials, 1);
-    CHECK_EQ_INT(dsr1_pftune_next(&r), 1);
+    pftune_cycle(t, &r, 0, ran2);
+    CHECK_EQ_INT(ran2[0], DSR1_PFTUNE_KEEP);
+    /* the trial sums call times: one slow call outweighs many fast ones */
+    dsr1_pftune q = {.arms = 2};
+    for (int s = 0; s < 2 * DSR1_PFTUNE_ROUNDS; s++) {
+        for (int i = 0; i < 4; i++) {
+            int v = dsr1_pftune_call(&q);
+            dsr1_pftune_call_done(&q, v, v == 0 && i == 0 && s == 0 ? 0.010 : v == 0 ? 0.0009 : 0.001);
+        }
+        dsr1_pftune_step_done(&q);
+    }
+    CHECK_EQ_INT(q.choice, 1);
+    /* a trial with no timed calls keeps variant 0 */
+    dsr1_pftune e = {.arms = 2, .choice = 1};
+    for (int s = 0; s < 2 * DSR1_PFTUNE_ROUNDS; s++) dsr1_pftune_step_done(&e);
+    CHECK_EQ_INT(e.choice, 0);
+    CHECK_EQ_INT(e.trials, 1);
 }

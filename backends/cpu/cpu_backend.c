@@ -302,12 +302,6 @@ static void cpu_ws_threads(void *wsp, int threads)
 
 /* ---- steps and copies ----------------------------------------------------------- */
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cpu_step_begin(void *wsp, const dsr1_step *s, dsr1_error *err)
 {
@@ -317,13 +311,17 @@ static int cpu_step_begin(void *wsp, const dsr1_step *s, dsr1_error *err)
                            s->n, w->s.max_tokens);
     w->step = *s;
     w->in_step = 1;
-    /* One-token steps time themselves for pftune; other steps of up to 4
-     * tokens (the row GEMV's) run its current choice (DSR1_GEMV_*). */
-    int hw = s->n == 1 ? dsr1_pftune_next(&w->pft) : w->pft.choice;
+    /* Every pool runs pftune's kept variant (DSR1_GEMV_*); in a one-token
+     * trial step the workspace's pool hands its one-token matmuls the
+     * trial's variants instead, call by call (pftune.h). The per-head and
+     * per-node pools keep the choice: their calls run side by side, so
+     * their times would not say which variant was faster. */
+    const int hw = w->pft.choice;
     dsr1_pool_set_hwpf(dsr1_cpu_pool(w), hw);
     for (int k = 0; k < w->n_hpools; k++) dsr1_pool_set_hwpf(w->hpool[k], hw);
     for (int k = 0; k < DSR1_NUMA_MAX_NODES; k++) dsr1_pool_set_hwpf(w->dev->npool[k], hw);
-    w->step_t0 = s->n == 1 ? now_s() : -1;
+    w->one_token = s->n == 1;
+    dsr1_pool_set_tune(dsr1_cpu_pool(w), w->one_token && dsr1_pftune_trial(&w->pft) ? &w->pft : NULL);
     return 0;
 }
 
@@ -333,8 +331,9 @@ static int cpu_step_end(void *wsp, dsr1_error *err)
     cpu_ws *w = wsp;
     (void)err;
     w->in_step = 0;
-    if (w->step_t0 >= 0) dsr1_pftune_done(&w->pft, now_s() - w->step_t0);
-    w->step_t0 = -1;
+    dsr1_pool_set_tune(dsr1_cpu_pool(w), NULL);
+    if (w->one_token) dsr1_pftune_step_done(&w->pft);
+    w->one_token = 0;
     return 0;
 }
 

@@ -78,7 +78,7 @@ typedef struct cpu_ws {
     dsr1_step step;          /* the current step (step_begin) */
     int in_step;
     dsr1_pftune pft;         /* one-token steps: the row GEMV's prefetch (pftune.h) */
-    double step_t0;          /* when this one-token step began; < 0: not timed */
+    int one_token;           /* the step under way has one token (pftune counts it) */
     /* attention (cpu_attention.c) */
     float *qcat;             /* [T][H][kv_lora + rope] absorbed queries | rope queries */
     float *olat;             /* [T][H][kv_lora] attended latents */

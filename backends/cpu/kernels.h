@@ -178,6 +178,13 @@ uint64_t dsr1_pool_amx_runs(dsr1_pool *p);
 #define DSR1_GEMV_I8T4 2 /* the INT8 GEMV reads four rows side by side at any width */
 void dsr1_pool_set_hwpf(dsr1_pool *p, int variant);
 int dsr1_pool_hwpf(const dsr1_pool *p);
+/* During a decode trial step (pftune.h) the one-token matmuls run on p
+ * take their variant from t call by call and report their time to it;
+ * NULL (the default) runs dsr1_pool_hwpf's. Only the pool's caller
+ * touches t: a pool runs one run at a time. */
+struct dsr1_pftune;
+void dsr1_pool_set_tune(dsr1_pool *p, struct dsr1_pftune *t);
+struct dsr1_pftune *dsr1_pool_tune(const dsr1_pool *p);
 void dsr1_matmul_noamx(dsr1_pool *p, const dsr1_wmat *w, const float *x, int64_t ldx, float *y,
                        int64_t ldy, int n, dsr1_act act);
 

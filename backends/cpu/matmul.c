@@ -11,6 +11,7 @@
  */
 #include "kernels.h"
 #include "matmul_impl.h"
+#include "pftune.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -529,13 +530,35 @@ static void call_setup(mm_call *c, dsr1_pool *p, const dsr1_wmat *w, const dsr1_
     c->tmp_bytes = up ? ((size_t)n * (size_t)w->rows * sizeof(float) + 63) & ~(size_t)63 : 0;
     c->total = c->bytes + c->tmp_bytes + (size_t)c->ntasks * j.task_bytes;
     j.vbmi = c->avx && k != DSR1_MM_AVX512_NOVBMI && dsr1_mm_vbmi_usable();
-    j.hwpf = (dsr1_pool_hwpf(p) & DSR1_GEMV_HWPF) != 0;
-    j.i8t4 = (dsr1_pool_hwpf(p) & DSR1_GEMV_I8T4) != 0;
     c->j = j;
     c->up = up;
     c->mt = (mm_task){.rows_per_task = per,
                       .rows = c->avx ? dsr1_mm_rows_avx512 : c->avx2 ? dsr1_mm_rows_avx2 : dsr1_mm_rows_portable,
                       .avx = c->avx, .avx2 = c->avx2};
+}
+
+static double now_s(void);
+
+/* The GEMV variant (DSR1_GEMV_*) into a call's job. */
+static void set_variant(mm_call *c, int v)
+{
+    c->j.hwpf = (v & DSR1_GEMV_HWPF) != 0;
+    c->j.i8t4 = (v & DSR1_GEMV_I8T4) != 0;
+}
+
+/* A call's variant: the pool's, or in a decode trial step (pftune.h) the
+ * tuner's next one for a one-token call, which *tu then times. Calls of
+ * more tokens read their weights once for many and take no part. */
+static int call_variant(mm_call *c, dsr1_pool *p, dsr1_pftune **tu)
+{
+    dsr1_pftune *t = dsr1_pool_tune(p);
+    int v = dsr1_pool_hwpf(p);
+    if (t && c->j.n == 1) {
+        v = dsr1_pftune_call(t);
+        *tu = t;
+    }
+    set_variant(c, v);
+    return v;
 }
 
 /* mem: c->total bytes (NULL when that is 0); x is prepared into it. */
@@ -569,8 +592,12 @@ static void matmul_run(dsr1_pool *p, const dsr1_wmat *w, const dsr1_wmat *up, co
         if (!mem) mem = owned = aligned_alloc(64, c.total);
         DSR1_ASSERT(mem != NULL); /* small and per call: see dsr1_pool_reserve */
     }
+    dsr1_pftune *tu = NULL;
+    const int v = call_variant(&c, p, &tu);
     call_place(&c, p, mem);
+    const double t0 = tu ? now_s() : 0;
     dsr1_pool_run(p, run_task, &c.mt, c.ntasks);
+    if (tu) dsr1_pftune_call_done(tu, v, now_s() - t0);
     free(owned);
 }
 
@@ -618,11 +645,17 @@ void dsr1_matmul_batch(dsr1_pool *p, const dsr1_mm_item *it, int count, dsr1_act
             if (!mem) mem = owned = aligned_alloc(64, total);
             DSR1_ASSERT(mem != NULL);
         }
+        /* one variant for the whole run (its calls are timed together) */
+        dsr1_pftune *tu = NULL;
+        const int v = m ? call_variant(&c[0], p, &tu) : 0;
         for (int k = 0; k < m; k++) {
+            set_variant(&c[k], v);
             call_place(&c[k], p, c[k].total ? mem : NULL);
             if (c[k].total) mem += c[k].total;
         }
+        const double t0 = tu ? now_s() : 0;
         dsr1_pool_run(p, batch_task, &b, b.first[m]);
+        if (tu) dsr1_pftune_call_done(tu, v, now_s() - t0);
         free(owned);
     }
 }

@@ -62,6 +62,7 @@ struct dsr1_pool {
     uint64_t amx_runs;       /* AMX kernel calls that ran tiles (__atomic; tests check the path ran) */
     int hwpf;                /* DSR1_GEMV_* (dsr1_pool_set_hwpf: the decode-time choice,
                                 pftune.h) */
+    struct dsr1_pftune *tune; /* a decode trial step's tuner, else NULL (dsr1_pool_set_tune) */
 };
 
 typedef struct worker_arg {
@@ -295,3 +296,10 @@ void dsr1_pool_set_hwpf(dsr1_pool *p, int variant)
 }
 
 int dsr1_pool_hwpf(const dsr1_pool *p) { return p ? p->hwpf : 0; }
+
+void dsr1_pool_set_tune(dsr1_pool *p, struct dsr1_pftune *t)
+{
+    if (p) p->tune = t;
+}
+
+struct dsr1_pftune *dsr1_pool_tune(const dsr1_pool *p) { return p ? p->tune : NULL; }
