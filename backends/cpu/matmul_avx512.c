@@ -1401,7 +1401,7 @@ static void panel_chunk(const dsr1_mm_job *j, int64_t r, int pr, int64_t c0, int
  * with load32's conversion kept, clearly (5.86-6.26 -> 4.87-5.69).
  *
  * pf = 0 leaves the stream to the hardware prefetcher, the decoder's
- * per-step choice as for the INT8 and INT4 GEMVs (pftune.h; j->hwpf). On
+ * measured choice as for the INT8 and INT4 GEMVs (pftune.h; j->hwpf). On
  * an Emerald Rapids Xeon the software prefetch lost: a /tmp harness
  * alternating the two over 2.9 GB of BF16 matrices (the LM head, 24
  * expert shapes, three 7168x16384) in one process, 2 threads, 21 passes
@@ -1581,7 +1581,7 @@ INLINE __m512i gm_dp(__m512i acc, __m512i w, __m512i x)
  * two are even or this one ahead (7168x2048, n = 3: 0.90-0.94 vs 0.69-0.84).
  * pf = 0 leaves the stream to the hardware prefetcher: on Zen 5 that wins
  * while memory is idle and loses while other tenants load it, so the
- * decoder picks per step (pftune.h; j->hwpf). */
+ * decoder measures both while decoding (pftune.h; j->hwpf). */
 #define GEMV_PF 2048
 INLINE void gemv_i8_row(const int nt, const int pf, const int8_t *row, int64_t cols, const int8_t *xq,
                         int64_t ldx, int32_t dot[4])

@@ -381,7 +381,7 @@ INLINE void w4_gemv1(const int g32, const dsr1_mm_job *j, int64_t r0, int64_t r1
  * prefetch distance, too short once the chain no longer paces the loop
  * (here 2 and 4 KiB: behind or even; 8 and 16 KiB: ahead), and read each
  * block's scales cold at its end; the next block's scales now go to L2
- * while its rows stream. pf = 0 (j->hwpf, the decoder's per-step choice,
+ * while its rows stream. pf = 0 (j->hwpf, the decoder's measured choice,
  * pftune.h) leaves the codes to the hardware prefetcher. */
 #define W4R_MAXC 32768 /* x' on the stack: wider rows go 16 side by side */
 #define W4R_PF 8192 /* each line asked for this far ahead, into L2 */
