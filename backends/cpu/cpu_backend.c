@@ -302,7 +302,6 @@ static void cpu_ws_threads(void *wsp, int threads)
 
 /* ---- steps and copies ----------------------------------------------------------- */
 
-
 static int cpu_step_begin(void *wsp, const dsr1_step *s, dsr1_error *err)
 {
     cpu_ws *w = wsp;
