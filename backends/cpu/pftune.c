@@ -17,7 +17,7 @@
  * swing by 10% from one step to the next. Measured against it, the builds
  * alternated, `dsr1 bench --prompt 1 --gen 32`, R1-shape files, 2-core
  * Emerald Rapids Xeon, 8 pairs each, either build first in 4: INT8 median
- * 10.87 against 10.27 tok/s, the median pair ratio 1.07, ahead in 5 of
+ * 10.88 against 10.28 tok/s, the median pair ratio 1.07, ahead in 5 of
  * 8; BF16 (two variants) 5.72 against 5.71, level. On BF16 its trials
  * there kept variant 1 every time, the calls of variant 0 summing to
  * 2.5-22% more time.)
