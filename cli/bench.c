@@ -90,17 +90,18 @@ static int bench_membw(int argc, char **argv)
         dsr1_pool_free(pool);
         return dsr1_cli_fail(&err);
     }
+    static const char *split[] = {"blocks", "stripes", "rows"};
     printf("%7s %-8s %8s %-5s %10s %10s\n", "threads", "split", "prefetch", "pages", "median_GB/s",
            "best_GB/s");
     for (int c = 0; c < n; c++) {
-        printf("%7d %-8s %8d %-5s %10.1f %10.1f\n", cfg[c].threads, cfg[c].stripes ? "stripes" : "blocks",
+        printf("%7d %-8s %8d %-5s %10.1f %10.1f\n", cfg[c].threads, split[cfg[c].split],
                cfg[c].prefetch, cfg[c].huge ? "2M" : "4K", cfg[c].median / 1e9, cfg[c].best / 1e9);
         if (cfg[c].median > cfg[best].median) best = c;
     }
     printf("membw: %.1f GB/s streaming read (best pass of any configuration; %d MiB, up to %d threads, "
            "%d interleaved passes each)\n", bound / 1e9, mib, dsr1_pool_size(pool), reps);
     printf("membw: best median %.1f GB/s: %d threads, %s, prefetch %d, %s pages\n", cfg[best].median / 1e9,
-           cfg[best].threads, cfg[best].stripes ? "stripes" : "blocks", cfg[best].prefetch,
+           cfg[best].threads, split[cfg[best].split], cfg[best].prefetch,
            cfg[best].huge ? "2M" : "4K");
     dsr1_pool_free(pool);
     return 0;

@@ -54,16 +54,21 @@ const char *dsr1_hw_kernels(const dsr1_hw *hw);
  * burst of load from other processes hits them all alike), `reps` passes
  * each:
  *   threads  1 .. pool size (tasks run on that many pool threads);
- *   split    "blocks": each thread one contiguous share (what a large
- *            GEMV's row split reads); "stripes": 64 KiB stripes dealt
- *            round-robin (threads close together in memory);
+ *   split    "blocks": each thread one contiguous share read straight
+ *            through; "stripes": 64 KiB stripes dealt round-robin
+ *            (threads close together in memory); "rows": each thread
+ *            one contiguous share read as rows of 14336 bytes, eight side
+ *            by side (what a large GEMV's row split reads: eight
+ *            streams a thread);
  *   prefetch software prefetch distance in bytes, 0 = none (AVX-512 only:
  *            0, 2048, 8192; the portable loop has none);
  *   pages    2 MiB (madvise MADV_HUGEPAGE) or 4 KiB (MADV_NOHUGEPAGE,
  *            what a file mapping such as a model's weights gets).
  * For each: the median and best pass in bytes/s. */
+enum { DSR1_MEMBW_BLOCKS, DSR1_MEMBW_STRIPES, DSR1_MEMBW_ROWS };
+
 typedef struct dsr1_membw_cfg {
-    int threads, stripes, prefetch, huge;
+    int threads, split, prefetch, huge; /* split: DSR1_MEMBW_* */
     double median, best; /* bytes/s */
 } dsr1_membw_cfg;
 
@@ -75,6 +80,14 @@ typedef struct dsr1_membw_cfg {
  * 0: the pool's size. DSR1_ENOMEM when the buffers cannot be allocated. */
 int dsr1_hw_membw_probe(dsr1_pool *p, size_t bytes, int reps, int max_threads, dsr1_membw_cfg *cfg,
                         int *n, double *bound, dsr1_error *err);
+
+/* One task's read in the probe: `bytes` read once in a split's pattern
+ * (DSR1_MEMBW_BLOCKS or _ROWS; _STRIPES reads each stripe as a block),
+ * with the AVX-512 loops (avx512 = 1, only where dsr1_mm_avx512_usable())
+ * and `prefetch` as above, or the portable ones (avx512 = 0, no
+ * prefetch). Returns the XOR of every 64-bit word read when bytes is a
+ * multiple of 256, whichever the pattern or loops. */
+uint64_t dsr1_hw_membw_read(const void *buf, size_t bytes, int split, int prefetch, int avx512);
 
 /* The bound alone (the probe above with every thread count of the pool). */
 int dsr1_hw_membw(dsr1_pool *p, size_t bytes, int reps, double *bytes_per_s,

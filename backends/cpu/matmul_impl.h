@@ -360,6 +360,12 @@ const char *dsr1_mm_kernels_name(void);
  * ahead (0: none); returns a value depending on every byte
  * (membw_avx512.c; AVX-512 CPUs only). */
 uint64_t dsr1_membw_read_avx512(const void *buf, size_t bytes, int prefetch);
+/* The same bytes read as rows of `row` bytes (a multiple of 256), eight
+ * rows side by side 256 bytes at a time, a GEMV's pattern; what follows
+ * the last whole group of eight rows is read straight through. For a
+ * multiple of 256 bytes it returns what dsr1_membw_read_avx512 does: the
+ * XOR of every 64-bit word. */
+uint64_t dsr1_membw_read_rows_avx512(const void *buf, size_t bytes, size_t row, int prefetch);
 
 /* `iters` rounds of 24 independent dot-product instructions of the mode
  * on registers (dsr1_matmul_peak_gflops; prep_avx512.c); returns the

@@ -1,9 +1,14 @@
 /*
  * membw.c - the memory bandwidth probe (hw.h): what this machine can
  * really stream, found by trying the things that change it (thread count,
- * how threads split the buffer, software prefetch, page size) rather than
- * one loop, so that decode's "% of bound" divides by the best the machine
- * does and not by one loop's luck.
+ * how threads split the buffer, how many streams a thread reads at once,
+ * software prefetch, page size) rather than one loop, so that decode's
+ * "% of bound" divides by the best the machine does and not by one loop's
+ * luck. Streams matter: on an Emerald Rapids Xeon VM (2 cores) eight rows
+ * read side by side, as the GEMVs read them, streamed 34 GB/s with 2
+ * threads where one sequential stream a thread read 27 (a /tmp harness,
+ * configurations interleaved, 5 passes each), so a probe of one stream a
+ * thread let decode show 105-112% of its bound.
  *
  * Does not: print (cli/bench.c shows the table), or pick the kernels'
  * settings (it reports; matmul_avx512.c's PREFETCH was chosen from it).
@@ -24,19 +29,22 @@
 #include "matmul_impl.h"
 
 #define STRIPE ((size_t)64 << 10)
+/* A row of the "rows" split: R1's hidden size in BF16 (7168 x 2 bytes), the
+ * row of most of the large decode GEMVs; not a multiple of 4 KiB, which
+ * would put the eight streams in the same L1 sets. */
+#define ROW ((size_t)14336)
 
 typedef struct bw_ctx {
     const uint8_t *buf;
     size_t bytes;
-    int stripes, prefetch, avx512;
+    int split, prefetch, avx512;
     uint64_t sink[1024]; /* per task, so the reads are not optimised away */
 } bw_ctx;
 
-static uint64_t read_span(const bw_ctx *b, const uint8_t *p, size_t n)
+/* The portable loops: eight independent chains so the loads overlap; the
+ * compiler vectorises them with whatever the baseline ISA offers. */
+static uint64_t read_words(const uint8_t *p, size_t n)
 {
-    if (b->avx512) return dsr1_membw_read_avx512(p, n, b->prefetch);
-    /* Eight independent chains so the loads overlap; the compiler
-     * vectorises the loop with whatever the baseline ISA offers. */
     const uint64_t *w = (const uint64_t *)p;
     size_t words = n / 8, i = 0;
     uint64_t s[8] = {0};
@@ -46,17 +54,39 @@ static uint64_t read_span(const bw_ctx *b, const uint8_t *p, size_t n)
     return s[0] ^ s[1] ^ s[2] ^ s[3] ^ s[4] ^ s[5] ^ s[6] ^ s[7];
 }
 
+static uint64_t read_rows(const uint8_t *p, size_t n)
+{
+    uint64_t s[8] = {0};
+    size_t g = 0;
+    for (; g + 8 * ROW <= n; g += 8 * ROW)
+        for (size_t k = 0; k < ROW; k += 64)
+            for (int r = 0; r < 8; r++) {
+                const uint64_t *w = (const uint64_t *)(p + g + (size_t)r * ROW + k);
+                for (int i = 0; i < 8; i++) s[i] ^= w[i];
+            }
+    return s[0] ^ s[1] ^ s[2] ^ s[3] ^ s[4] ^ s[5] ^ s[6] ^ s[7] ^ read_words(p + g, n - g);
+}
+
+uint64_t dsr1_hw_membw_read(const void *buf, size_t bytes, int split, int prefetch, int avx512)
+{
+    if (avx512)
+        return split == DSR1_MEMBW_ROWS ? dsr1_membw_read_rows_avx512(buf, bytes, ROW, prefetch)
+                                        : dsr1_membw_read_avx512(buf, bytes, prefetch);
+    return split == DSR1_MEMBW_ROWS ? read_rows(buf, bytes) : read_words(buf, bytes);
+}
+
 static void bw_task(void *ctx, int task, int ntasks)
 {
     bw_ctx *b = ctx;
     uint64_t s = 0;
-    if (b->stripes) {
+    if (b->split == DSR1_MEMBW_STRIPES) {
         for (size_t o = (size_t)task * STRIPE; o < b->bytes; o += STRIPE * (size_t)ntasks)
-            s ^= read_span(b, b->buf + o, b->bytes - o < STRIPE ? b->bytes - o : STRIPE);
+            s ^= dsr1_hw_membw_read(b->buf + o, b->bytes - o < STRIPE ? b->bytes - o : STRIPE,
+                                    DSR1_MEMBW_BLOCKS, b->prefetch, b->avx512);
     } else {
         size_t lo = b->bytes / STRIPE * (size_t)task / (size_t)ntasks * STRIPE;
         size_t hi = task + 1 == ntasks ? b->bytes : b->bytes / STRIPE * (size_t)(task + 1) / (size_t)ntasks * STRIPE;
-        s = read_span(b, b->buf + lo, hi - lo);
+        s = dsr1_hw_membw_read(b->buf + lo, hi - lo, b->split, b->prefetch, b->avx512);
     }
     b->sink[task % 1024] ^= s;
 }
@@ -96,7 +126,7 @@ int dsr1_hw_membw_probe(dsr1_pool *p, size_t bytes, int reps, int max_threads, d
     if (reps < 1) reps = 1;
     int avx512 = dsr1_mm_avx512_usable(), npf = avx512 ? 3 : 1;
     int tmax = max_threads > 0 && max_threads < dsr1_pool_size(p) ? max_threads : dsr1_pool_size(p);
-    int per_t = 2 * npf * 2, nc = 0;
+    int per_t = 2 * 3 * npf, nc = 0;
     while (nc + per_t <= DSR1_MEMBW_MAX_CFG && nc / per_t < tmax) nc += per_t;
     int t0 = tmax - nc / per_t + 1; /* the largest thread counts when not all fit */
     uint8_t *buf[2] = {map_buffer(bytes, 0), map_buffer(bytes, 1)};
@@ -111,8 +141,8 @@ int dsr1_hw_membw_probe(dsr1_pool *p, size_t bytes, int reps, int max_threads, d
     }
     for (int c = 0; c < nc; c++) {
         int k = c;
-        cfg[c] = (dsr1_membw_cfg){.huge = k % 2, .stripes = k / 2 % 2,
-                                  .prefetch = avx512 ? pf_avx512[k / 4 % npf] : 0,
+        cfg[c] = (dsr1_membw_cfg){.huge = k % 2, .split = k / 2 % 3,
+                                  .prefetch = avx512 ? pf_avx512[k / 6 % npf] : 0,
                                   .threads = t0 + k / per_t};
     }
     b->bytes = bytes;
@@ -120,7 +150,7 @@ int dsr1_hw_membw_probe(dsr1_pool *p, size_t bytes, int reps, int max_threads, d
     for (int r = 0; r < reps; r++)
         for (int c = 0; c < nc; c++) {
             b->buf = buf[cfg[c].huge];
-            b->stripes = cfg[c].stripes;
+            b->split = cfg[c].split;
             b->prefetch = cfg[c].prefetch;
             double t = now();
             dsr1_pool_run(p, bw_task, b, cfg[c].threads);
