@@ -163,6 +163,39 @@ DSR1_TEST(kernels_matmul_deterministic)
     dsr1_pool_free(pool);
 }
 
+/* A one-token matmul on a pool splits into many small tasks (MM_SPLIT_GEMV
+ * a thread, the last one ragged; FP8 in whole 128-row scale blocks once
+ * there are 2 x threads of them): every row is written, with the bits of
+ * the same matmul on the caller's thread alone. Rows 1037 (not a multiple
+ * of 16 or 128); y starts as NaN so a row no task wrote shows. */
+DSR1_TEST(kernels_gemv_split_matches_one_thread)
+{
+    const int64_t rows = 1037;
+    for (int th = 2; th <= 3; th++) {
+        dsr1_pool *pool = NULL;
+        dsr1_error err = {0};
+        CHECK_OK(dsr1_pool_create(&pool, th, &err), &err);
+        REQUIRE(pool);
+        for (size_t i = 0; i < sizeof all_types / sizeof *all_types; i++) {
+            int64_t cols = test_cols(all_types[i], 0, 0);
+            tmat m = dsr1_test_mat(all_types[i], rows, cols, 0, 40 + (uint64_t)i);
+            float *x = make_x(1, cols, 11), *one = malloc((size_t)rows * 4), *split = malloc((size_t)rows * 4);
+            for (int act = 0; act < 3; act++) {
+                memset(split, 0xff, (size_t)rows * 4);
+                dsr1_matmul(NULL, &m.w, x, cols, one, rows, 1, (dsr1_act)act);
+                dsr1_matmul(pool, &m.w, x, cols, split, rows, 1, (dsr1_act)act);
+                CHECKF(!memcmp(one, split, (size_t)rows * 4), "%s act=%s, %d threads: split differs",
+                       m.what, act_name[act], th);
+            }
+            free(x);
+            free(one);
+            free(split);
+            dsr1_test_mat_free(&m);
+        }
+        dsr1_pool_free(pool);
+    }
+}
+
 /* Strided x and y (ldx > cols, ldy > rows) and untouched padding. */
 DSR1_TEST(kernels_matmul_strides)
 {

@@ -445,12 +445,28 @@ static dsr1_act effective_act(dsr1_act act, const dsr1_wmat *w, int n, int min_n
     return act;
 }
 
-/* Rows per task: about four tasks per thread so uneven progress balances,
+/* Tasks per thread of a one-token matmul run alone (a decode step's
+ * GEMVs; a batch run's items keep MM_SPLIT). The tasks are claimed one by
+ * one, so the thread that finishes first waits at most one task for the
+ * other: with four a thread that was an eighth of a 1.85 GB LM head, and
+ * on these VMs one core often streams slower than the other for a while.
+ * Measured in one process, alternate calls split each way (a temporary
+ * switch; `dsr1 bench --prompt 1 --gen 64`, R1-shape files, Emerald Rapids
+ * Xeon VM, 2 threads, the one-token matmuls outside batch runs, summed
+ * time weighted by calls, fine / coarse): BF16 0.93-0.97 in 6 of 6 runs
+ * (0.934, 0.973, 0.972, 0.952, 0.968, 0.956), INT8 0.90-1.05 (median
+ * 0.98), FP8 0.90-1.04 (about even: its unit is a 128-row scale block, so
+ * its tasks split least). Split the same way, the experts' batch runs
+ * came out from 0.89 to 1.10 (4 of 6 worse), so they keep theirs. */
+#define MM_SPLIT 4
+#define MM_SPLIT_GEMV 64
+
+/* Rows per task: `split` tasks per thread so uneven progress balances,
  * in whole 16-row panels (the AVX-512 kernels' unit); for FP8 in whole
  * scale blocks when there are enough, so a task prepares x' once per block. */
-static int64_t task_rows(const dsr1_mm_job *j, int nth)
+static int64_t task_rows(const dsr1_mm_job *j, int nth, int split)
 {
-    int64_t rows = j->w->rows, per = (rows + 4 * nth - 1) / (4 * nth);
+    int64_t rows = j->w->rows, per = (rows + split * nth - 1) / (split * nth);
     int64_t unit = 16, g = j->w->group;
     int fp8 = j->w->type == DSR1_T_FP8_E4M3 && j->act == DSR1_ACT_BF16;
     if (fp8 && g % 16 == 0 && rows >= 2 * nth * g) unit = g;
@@ -470,9 +486,10 @@ typedef struct mm_call {
     int ntasks, avx, avx2;
 } mm_call;
 
+/* alone: a call of its own (matmul_run), not an item of a batch run. */
 static void call_setup(mm_call *c, dsr1_pool *p, const dsr1_wmat *w, const dsr1_wmat *up,
                        const float *x, int64_t ldx, float *y, int64_t ldy, int n, dsr1_act act,
-                       dsr1_mm_kernel k)
+                       dsr1_mm_kernel k, int alone)
 {
     int rq;
     const dsr1_act ea = effective_act(act, w, n, dsr1_mm_rq_min_n(p), &rq);
@@ -524,7 +541,8 @@ static void call_setup(mm_call *c, dsr1_pool *p, const dsr1_wmat *w, const dsr1_
         j.amx_bytes = (dsr1_mm_amx_task_bytes() + 63) & ~(size_t)63;
         j.task_bytes += j.amx_bytes;
     }
-    int64_t per = task_rows(&j, dsr1_pool_size(p));
+    const int nth = dsr1_pool_size(p);
+    int64_t per = task_rows(&j, nth, alone && n == 1 && nth > 1 ? MM_SPLIT_GEMV : MM_SPLIT);
     c->ntasks = (int)((w->rows + per - 1) / per);
     c->bytes = (dsr1_mm_prep_bytes(&j, c->avx) + 63) & ~(size_t)63;
     c->tmp_bytes = up ? ((size_t)n * (size_t)w->rows * sizeof(float) + 63) & ~(size_t)63 : 0;
@@ -585,7 +603,7 @@ static void matmul_run(dsr1_pool *p, const dsr1_wmat *w, const dsr1_wmat *up, co
 {
     if (n <= 0 || w->rows <= 0) return;
     mm_call c;
-    call_setup(&c, p, w, up, x, ldx, y, ldy, n, act, k);
+    call_setup(&c, p, w, up, x, ldx, y, ldy, n, act, k, 1);
     void *mem = NULL, *owned = NULL;
     if (c.total) {
         mem = p ? dsr1_pool_scratch(p, c.total) : NULL;
@@ -633,7 +651,7 @@ void dsr1_matmul_batch(dsr1_pool *p, const dsr1_mm_item *it, int count, dsr1_act
         for (; i < count && m < MM_BATCH_MAX; i++) {
             if (it[i].n <= 0 || it[i].w->rows <= 0) continue;
             call_setup(&c[m], p, it[i].w, it[i].up, it[i].x, it[i].ldx, it[i].y, it[i].ldy, it[i].n,
-                       act, DSR1_MM_AUTO);
+                       act, DSR1_MM_AUTO, 0);
             if (m && total + c[m].total > MM_BATCH_BYTES) break; /* item i opens the next run */
             total += c[m].total;
             b.first[m + 1] = b.first[m] + c[m].ntasks;
