@@ -457,7 +457,7 @@ static dsr1_act effective_act(dsr1_act act, const dsr1_wmat *w, int n, int min_n
  * (0.934, 0.973, 0.972, 0.952, 0.968, 0.956), INT8 0.90-1.05 (median
  * 0.98), FP8 0.90-1.04 (about even: its unit is a 128-row scale block, so
  * its tasks split least). Split the same way, the experts' batch runs
- * came out from 0.89 to 1.10 (4 of 6 worse), so they keep theirs. */
+ * came out from 0.89 to 1.10 (above 1 in 5 of 6), so they keep theirs. */
 #define MM_SPLIT 4
 #define MM_SPLIT_GEMV 64
 
