@@ -4,11 +4,13 @@
  * how threads split the buffer, how many streams a thread reads at once,
  * software prefetch, page size) rather than one loop, so that decode's
  * "% of bound" divides by the best the machine does and not by one loop's
- * luck. Streams matter: on an Emerald Rapids Xeon VM (2 cores) eight rows
- * read side by side, as the GEMVs read them, streamed 34 GB/s with 2
- * threads where one sequential stream a thread read 27 (a /tmp harness,
- * configurations interleaved, 5 passes each), so a probe of one stream a
- * thread let decode show 105-112% of its bound.
+ * luck. Streams matter: on an Emerald Rapids Xeon VM (2 cores, a /tmp
+ * harness, configurations interleaved, means of 5 passes) one sequential
+ * stream a thread read 26.8 GB/s with 2 threads where eight streams a
+ * thread read 32.9, so a probe of one stream a thread let decode show
+ * 105-112% of its bound. In this probe's first run there the rows split's
+ * medians were 2-27% above the blocks split's at the same page size and
+ * prefetch (2 threads).
  *
  * Does not: print (cli/bench.c shows the table), or pick the kernels'
  * settings (it reports; matmul_avx512.c's PREFETCH was chosen from it).
