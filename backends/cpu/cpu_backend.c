@@ -205,8 +205,11 @@ static size_t pool_need(const cpu_ws *w)
     size_t rows = T * (size_t)s->n_heads < w->tile_rows ? T * (size_t)s->n_heads : w->tile_rows;
     size_t att = mm_scratch(rows, row) > 2 * w->score_cap + rows * 192 + 128
                      ? mm_scratch(rows, row) : 2 * w->score_cap + rows * 192 + 128;
-    /* plus the kernels' per-task blocks (FP8 x' blocks: tens of KiB per
-     * task, about four tasks per thread) */
+    /* plus the kernels' per-task blocks: FP8 x', tens of KiB a task at
+     * four tasks a thread; a one-token matmul's 64 a thread (matmul.c,
+     * MM_SPLIT_GEMV) hold one x' row of 2 bytes a column each, in whole
+     * 128-row blocks, so at most ~2.4 MB on R1's shapes at two threads
+     * (7168 x 18432: 56 tasks of 36 KiB) */
     size_t slack = (size_t)dsr1_pool_size(dsr1_cpu_pool(w)) * ((size_t)2 << 20);
     return (need > att ? need : att) + slack;
 }
