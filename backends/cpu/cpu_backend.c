@@ -208,7 +208,7 @@ static size_t pool_need(const cpu_ws *w)
     /* plus the kernels' per-task blocks: FP8 x', tens of KiB a task at
      * four tasks a thread; a one-token matmul's 64 a thread (matmul.c,
      * MM_SPLIT_GEMV) hold one x' row of 2 bytes a column each, in whole
-     * 128-row blocks, so at most ~2.4 MB on R1's shapes at two threads
+     * 128-row blocks, so at most ~2 MB on R1's shapes at two threads
      * (7168 x 18432: 56 tasks of 36 KiB) */
     size_t slack = (size_t)dsr1_pool_size(dsr1_cpu_pool(w)) * ((size_t)2 << 20);
     return (need > att ? need : att) + slack;
