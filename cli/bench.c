@@ -298,9 +298,13 @@ static void kernel_line(dsr1_pool *pool, dsr1_dnnl *dn, const bench_mat *m, cons
                         const double peak[3], int noamx)
 {
     double s = time_matmul(pool, dn, m, x, y, n, act, noamx, o->quick ? 0.05 : 0.4);
+    /* FP8 in the fast mode below W8A8's DSR1_MM_RQ_MIN_N: the GEMV, on AMX
+     * tiles where the CPU has them ("bf16t"), else the bf16 line's kernel */
+    const int fp8_gemv = act == DSR1_ACT_INT8_FAST && m->w.type == DSR1_T_FP8_E4M3 && n < DSR1_MM_RQ_MIN_N;
     const char *name = noamx ? (act == DSR1_ACT_INT8 ? "i8vnni" : "w8vnni")
                        : act == DSR1_ACT_INT8_FAST && m->w.type == DSR1_T_BF16 ? "bf16l"
-                                                 : act_names[dn ? 4 : act];
+                       : fp8_gemv ? (dsr1_pool_amx(pool) && n >= DSR1_MM_FP8_AMX_MIN_N ? "bf16t" : "bf16")
+                                  : act_names[dn ? 4 : act];
     if (s < 0) {
         printf("%-5s %-6s %4d  (oneDNN has no fast kernel for this shape)\n",
                dsr1_type_name(m->w.type), name, n);
@@ -308,7 +312,7 @@ static void kernel_line(dsr1_pool *pool, dsr1_dnnl *dn, const bench_mat *m, cons
     }
     double gbs = (double)m->bytes / s / 1e9;
     double gflops = 2.0 * (double)m->w.rows * (double)m->w.cols * n / s / 1e9;
-    double pk = peak[dn || (act == DSR1_ACT_INT8_FAST && m->w.type == DSR1_T_BF16) ? DSR1_ACT_BF16
+    double pk = peak[dn || fp8_gemv || (act == DSR1_ACT_INT8_FAST && m->w.type == DSR1_T_BF16) ? DSR1_ACT_BF16
                      : act == DSR1_ACT_INT8_FAST ? DSR1_ACT_INT8 : act];
     printf("%-5s %-6s %4d %10.3f %9.1f %9.1f %7.0f%% %6.0f%%\n", dsr1_type_name(m->w.type), name, n,
            s * 1e3, gbs, gflops, 100.0 * gbs / membw, pk > 0 ? 100.0 * gflops / pk : 0.0);
@@ -366,10 +370,12 @@ static int bench_kernels(int argc, char **argv)
             for (int i = 0; i < o.n_ns; i++) kernel_line(pool, NULL, &m, x, y, o.ns[i], fast, &o, membw, peak, au);
             for (int i = 0; i < o.n_ns && amx && o.types[ti] == DSR1_T_INT8; i++)
                 if (o.ns[i] >= 32) kernel_line(pool, NULL, &m, x, y, o.ns[i], fast, &o, membw, peak, vnni);
-            /* FP8 in the fast mode: W8A8 from DSR1_MM_RQ_MIN_N tokens (the
-             * BF16 line's kernels below that, as in a model) */
+            /* FP8 in the fast mode: W8A8 from DSR1_MM_RQ_MIN_N tokens; below
+             * that, from DSR1_MM_FP8_AMX_MIN_N, the GEMV on AMX tiles where the
+             * CPU has them ("bf16t"), else the bf16 line's kernels (shown from
+             * 5 tokens) */
             for (int i = 0; i < o.n_ns && o.types[ti] == DSR1_T_FP8_E4M3; i++)
-                if (o.ns[i] > 4)
+                if (o.ns[i] > 4 || (amx && o.ns[i] >= DSR1_MM_FP8_AMX_MIN_N))
                     kernel_line(pool, NULL, &m, x, y, o.ns[i], DSR1_ACT_INT8_FAST, &o, membw, peak, au);
             for (int i = 0; i < o.n_ns && amx && o.types[ti] == DSR1_T_FP8_E4M3; i++)
                 if (o.ns[i] >= 32)

@@ -13,8 +13,10 @@
  * thread's tasks are 144 rows of INT8, 160 of FP8 requantised 128 then
  * 32); pools of 1 and 3 threads; every 11th INT8 and INT4 token alone
  * equals itself in the batch; the tiles ran (the pool's count) wherever a
- * task holds 32 rows and the call 16 tokens. On a CPU without AMX every
- * test skips and says so: there is nothing to compare.
+ * task holds 32 rows and the call 16 tokens. FP8 GEMVs of the fast mode
+ * on the tiles (1 to 8 tokens) are held to a rounding bound, as BF16.
+ * On a CPU without AMX every test skips and says so: there is nothing to
+ * compare.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -201,10 +203,9 @@ DSR1_TEST(amx_bf16_fast_within_rounding)
  * the gate alone; the up half once ran on the VNNI kernel, the same bits,
  * because its job lacked the AMX memory) and h equals two dsr1_matmul
  * calls and dsr1_silu_mul. */
-static void gate_up_on_tiles(dsr1_test_ctx *t, dsr1_type type, int variant, dsr1_act act)
+static void gate_up_on_tiles(dsr1_test_ctx *t, dsr1_type type, int variant, dsr1_act act, int n)
 {
     const int64_t rows = 256, cols = 640;
-    const int n = 77;
     dsr1_pool *pool = NULL;
     dsr1_error err = {0};
     CHECK_OK(dsr1_pool_create(&pool, 2, &err), &err);
@@ -236,8 +237,98 @@ DSR1_TEST(amx_gate_up_both_halves_on_tiles)
 {
     const char *why = no_amx();
     if (why) DSR1_SKIP("%s: no AMX kernels to compare", why);
-    gate_up_on_tiles(t, DSR1_T_INT8, 0, DSR1_ACT_INT8);
-    gate_up_on_tiles(t, DSR1_T_FP8_E4M3, 0, DSR1_ACT_INT8_FAST);
-    gate_up_on_tiles(t, DSR1_T_INT4, 2, DSR1_ACT_INT8);
-    gate_up_on_tiles(t, DSR1_T_BF16, 0, DSR1_ACT_INT8_FAST);
+    gate_up_on_tiles(t, DSR1_T_INT8, 0, DSR1_ACT_INT8, 77);
+    gate_up_on_tiles(t, DSR1_T_FP8_E4M3, 0, DSR1_ACT_INT8_FAST, 77);
+    gate_up_on_tiles(t, DSR1_T_INT4, 2, DSR1_ACT_INT8, 77);
+    gate_up_on_tiles(t, DSR1_T_BF16, 0, DSR1_ACT_INT8_FAST, 77);
+    gate_up_on_tiles(t, DSR1_T_FP8_E4M3, 0, DSR1_ACT_INT8_FAST, 3); /* the FP8 GEMV on tiles */
+}
+
+/* FP8 GEMVs in the fast mode on the tiles (dsr1_mm_rows_fp8_amx, 2 to
+ * DSR1_MM_FP8_GV tokens): like BF16 above, no other kernel's bits, so each
+ * output within float32 rounding of the exact dot of the bf16 operands -
+ * the e4m3 values (subnormals included: the test matrices use every
+ * code but NaN) and x' = bf16(x * the block's scale) - and one
+ * computation: the same bits with 1 and 3 threads and for the first
+ * tokens of an 8-token call. Shapes: one 16-row group; a partial 64-column
+ * scale block (192 columns); two row blocks, the second of one group (144
+ * rows); a last group of 8 rows (200); R1's expert width. One token, and
+ * columns not a multiple of 64, stay on the canonical kernel (the fast
+ * mode's bits equal the deterministic mode's there). A mutation that dropped the x' of the
+ * second row block, or stored B's pairs in column order, fails it. */
+static int fp8_within(const tmat *m, const float *x, int64_t ldx, const float *y, int n, const char **what)
+{
+    const int64_t rows = m->w.rows, cols = m->w.cols, ng = (cols + 127) / 128;
+    const uint8_t *wd = m->data;
+    const float *sc = m->w.scale;
+    int bad = 0;
+    for (int tok = 0; tok < n; tok++)
+        for (int64_t r = 0; r < rows; r++) {
+            double dot = 0, mag = 0;
+            for (int64_t c = 0; c < cols; c++) {
+                double wv = dsr1_bf16_to_f32(dsr1_mm_fp8_bf16(wd[r * cols + c]));
+                double p = wv * bf16_of(x[tok * ldx + c] * sc[(r / 128) * ng + c / 128]);
+                dot += p;
+                mag += p < 0 ? -p : p;
+            }
+            double err = y[(int64_t)tok * rows + r] - dot;
+            if (err < 0) err = -err;
+            if (!(err <= (double)(cols / 2 + 1) * 0x1p-24 * mag + 1e-30)) bad++;
+        }
+    *what = bad ? "outside float32 rounding of the exact dot" : "";
+    return bad;
+}
+
+DSR1_TEST(amx_fp8_gemv_fast_within_rounding)
+{
+    const char *why = no_amx();
+    if (why) DSR1_SKIP("%s: no AMX kernels to compare", why);
+    static const int64_t shapes[][2] = {{16, 64}, {48, 192}, {144, 1024}, {200, 2048}, {256, 7168}, {32, 96}};
+    static const int ns[] = {1, 2, 3, 5, 8};
+    const int NMAX = DSR1_MM_FP8_GV;
+    dsr1_pool *p1 = NULL, *p3 = NULL;
+    dsr1_error err = {0};
+    CHECK_OK(dsr1_pool_create(&p1, 1, &err), &err);
+    CHECK_OK(dsr1_pool_create(&p3, 3, &err), &err);
+    if (!p1 || !p3) return;
+    for (int si = 0; si < 6; si++) {
+        const int64_t rows = shapes[si][0], cols = shapes[si][1], ldx = cols + 7;
+        const int wide = cols % 64 == 0;
+        tmat m = dsr1_test_mat(DSR1_T_FP8_E4M3, rows, cols, 0, 1700 + (uint64_t)si);
+        float *x = make_x(NMAX, ldx, 1800 + (uint64_t)si);
+        size_t yb = (size_t)NMAX * (size_t)rows * 4;
+        float *a1 = malloc(yb), *a3 = malloc(yb), *full = malloc(yb), *canon = malloc(yb);
+        dsr1_matmul(p3, &m.w, x, ldx, full, rows, NMAX, DSR1_ACT_INT8_FAST);
+        for (int ni = 0; ni < 5; ni++) {
+            const int n = ns[ni], tiles = wide && n >= DSR1_MM_FP8_AMX_MIN_N;
+            size_t bytes = (size_t)n * (size_t)rows * 4;
+            const char *what = "";
+            memset(a1, 0xff, yb); /* NaN: an output the tiles forgot stays visible */
+            const uint64_t runs = dsr1_pool_amx_runs(p1);
+            dsr1_matmul(p1, &m.w, x, ldx, a1, rows, n, DSR1_ACT_INT8_FAST);
+            CHECKF((dsr1_pool_amx_runs(p1) > runs) == tiles, "fp8 %lldx%lld n=%d: the tiles %s",
+                   (long long)rows, (long long)cols, n, tiles ? "never ran" : "ran");
+            dsr1_matmul(p3, &m.w, x, ldx, a3, rows, n, DSR1_ACT_INT8_FAST);
+            int bad = fp8_within(&m, x, ldx, a1, n, &what);
+            CHECKF(!bad, "fp8 %lldx%lld n=%d: %d outputs %s", (long long)rows, (long long)cols, n, bad, what);
+            CHECKF(!memcmp(a1, a3, bytes), "fp8 %lldx%lld n=%d: 1 and 3 threads differ", (long long)rows,
+                   (long long)cols, n);
+            CHECKF((!tiles && wide) || !memcmp(a1, full, bytes), /* one token: canonical */
+                   "fp8 %lldx%lld n=%d: differs from the same tokens of n=%d", (long long)rows,
+                   (long long)cols, n, NMAX);
+            if (!tiles) {
+                dsr1_matmul(p1, &m.w, x, ldx, canon, rows, n, DSR1_ACT_INT8);
+                CHECKF(!memcmp(a1, canon, bytes), "fp8 %lldx%lld n=%d: off the tiles, not the canonical bits",
+                       (long long)rows, (long long)cols, n);
+            }
+        }
+        free(a1);
+        free(a3);
+        free(full);
+        free(canon);
+        free(x);
+        dsr1_test_mat_free(&m);
+    }
+    dsr1_pool_free(p1);
+    dsr1_pool_free(p3);
 }

@@ -112,6 +112,18 @@ void dsr1_touch(void *mem, size_t bytes);
  * as faster. W8A8's distance from float32 is per token, whatever the
  * count (dsr1 eval on tiny-r1: README, FP8 prefill as W8A8). */
 #define DSR1_MM_RQ_MIN_N 9
+/* Fewest tokens of the fast mode's FP8 GEMV on AMX-BF16 tiles
+ * (matmul_fp8amx_avx512.c; up to 8, where W8A8 takes over). At one token the tile kernel decodes ~1.4x as fast
+ * from L2, but a decode step's FP8 GEMVs read from DRAM and there the
+ * canonical GEMV kept up: in the model (R1-shape FP8 file, `bench
+ * --prompt 1 --gen 64`, 2 threads, Emerald Rapids, the two alternated
+ * call by call in one process, each shape's time weighted by its calls)
+ * the tiles took 1.057x and 1.072x the canonical GEMVs' time in two runs,
+ * every large shape 1.01-1.17x. From two tokens the canonical GEMV's work
+ * grows with n and the tiles' does not (/tmp harness, 1 GB of 2048x7168 and
+ * 7168x2048 matrices, 2 threads, medians: 2 tokens 18.1 -> 21.1 GB/s,
+ * 8 tokens 4.8 -> 14.6). */
+#define DSR1_MM_FP8_AMX_MIN_N 2
 /* On a CPU with AVX2 and no AVX-512 the float FP8 kernel is slower for its
  * width and the table requantisation cheaper for its vpshufb tree
  * (matmul_avx2.c), so W8A8 pays from fewer tokens: `dsr1 bench kernels

@@ -519,12 +519,21 @@ static void call_setup(mm_call *c, dsr1_pool *p, const dsr1_wmat *w, const dsr1_
                                      (w->type == DSR1_T_INT4 && w->group == 128))) ||
                                    j.b16l); /* and BF16 in the fast mode (dsr1_mm_rows_bf16_amx) */
     if (amx_w8a8 && rq) j.rq_rows = DSR1_MM_RQ_ROWS * DSR1_MM_AMX_STRIPES;
-    if (amx_w8a8) j.amx_runs = dsr1_pool_amx_counter(p);
+    /* FP8 GEMVs of 2 to 8 tokens in the fast mode on AMX-BF16 tiles
+     * (matmul_fp8amx_avx512.c): the byte-table decode needs VBMI, the
+     * tiles whole 64-column steps */
+    j.fp8amx = c->avx && p && k != DSR1_MM_AVX512_NOAMX && k != DSR1_MM_AVX512_NOVBMI &&
+               act == DSR1_ACT_INT8_FAST && ea == DSR1_ACT_BF16 && w->type == DSR1_T_FP8_E4M3 &&
+               n >= DSR1_MM_FP8_AMX_MIN_N && n <= DSR1_MM_FP8_GV && w->cols % 64 == 0 && w->group > 0 && w->group % 64 == 0 &&
+               w->scale_type == DSR1_T_F32 && dsr1_pool_amx(p) && dsr1_mm_vbmi_usable();
+    if (amx_w8a8 || j.fp8amx) j.amx_runs = dsr1_pool_amx_counter(p);
     /* FP8 in BF16 mode: x' of a scale block, all columns for up to
      * DSR1_MM_FP8_GV tokens (GEMV), else one chunk for a block of tokens;
      * the AVX2 kernel's x' is float32, 4 tokens at a time. */
     if (j.act == DSR1_ACT_BF16 && w->type == DSR1_T_FP8_E4M3 && c->avx2)
         j.task_bytes = (size_t)(n < 4 ? n : 4) * (size_t)j.ldxb * sizeof(float);
+    else if (j.fp8amx) /* x' of a row block; the tables are the call's (dsr1_mm_prep) */
+        j.task_bytes = dsr1_mm_fp8_amx_task_bytes(n, w->cols);
     else if (j.act == DSR1_ACT_BF16 && w->type == DSR1_T_FP8_E4M3)
         j.task_bytes = n <= DSR1_MM_FP8_GV ? (size_t)n * (size_t)j.ldxb * 2
                               : (size_t)(n < DSR1_MM_FP8_TB ? n : DSR1_MM_FP8_TB) * DSR1_MM_FP8_LDP * 2 +

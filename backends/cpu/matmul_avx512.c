@@ -846,77 +846,7 @@ INLINE __m512bh fp8x32_bf16_mask(const uint8_t *p, int64_t m, fp8_lut l)
     return (__m512bh)fp8_words(_mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(k, p)), l);
 }
 
-/* ---- FP8 by byte tables (AVX-512 VBMI) ----
- * 64 codes per step instead of 32: the bf16 word of code b is
- * hi[b & 0x7f] << 8 | lo[b & 0x7f], with b's sign bit OR-ed into hi - two
- * vpermi2b (128-byte tables in two registers each: the instruction reads 7
- * index bits and ignores the sign), one ternlogic, then unpacklo/hi_epi8
- * pair the bytes into words. The tables are dsr1_mm_fp8_bf16's own bits
- * (fp8_btab_init), so every code - subnormals and the NaN codes included -
- * gives the same word as the shift/add path and the portable kernel (the
- * kernel tests cover all 256 codes on both paths). The unpacks work inside
- * 128-bit lanes, so a vpermb first puts the codes in the order that makes
- * the two word vectors columns 0..31 and 32..63 exactly as fp8x32_bf16
- * gives them: the same dot products in the same lanes, the canonical order
- * unchanged. About 6 instructions per 64 weights where the shift/add path
- * takes about 14. */
-
-#define VBMI static __attribute__((target("avx512vbmi")))
-#define VBMI_INLINE static inline __attribute__((always_inline, target("avx512vbmi")))
-
-/* Built per task from dsr1_mm_fp8_bf16 (128 scalar calls): no global state. */
-typedef struct fp8_btab {
-    _Alignas(64) uint8_t lo[128];
-    _Alignas(64) uint8_t hi[128];
-    _Alignas(64) uint8_t perm[64];
-} fp8_btab;
-
-static void fp8_btab_init(fp8_btab *t)
-{
-    for (int b = 0; b < 128; b++) {
-        uint16_t v = dsr1_mm_fp8_bf16((uint8_t)b);
-        t->hi[b] = (uint8_t)(v >> 8);
-        t->lo[b] = (uint8_t)v;
-    }
-    /* Byte 16q+i of the permuted codes (128-bit lane q) is code 8q+i for
-     * i < 8 (unpacklo: word 8q+i of the first vector) and code 32+8q+(i-8)
-     * for i >= 8 (unpackhi: word 8q+i-8 of the second). */
-    for (int q = 0; q < 4; q++)
-        for (int i = 0; i < 8; i++) {
-            t->perm[16 * q + i] = (uint8_t)(8 * q + i);
-            t->perm[16 * q + 8 + i] = (uint8_t)(32 + 8 * q + i);
-        }
-}
-
-typedef struct fp8_bregs {
-    __m512i lo0, lo1, hi0, hi1, perm;
-} fp8_bregs;
-
-VBMI_INLINE fp8_bregs fp8_bregs_load(const fp8_btab *t)
-{
-    return (fp8_bregs){_mm512_load_si512(t->lo), _mm512_load_si512(t->lo + 64),
-                       _mm512_load_si512(t->hi), _mm512_load_si512(t->hi + 64),
-                       _mm512_load_si512(t->perm)};
-}
-
-/* 64 codes (as loaded) -> the bf16 words of columns 0..31 (*w0) and
- * 32..63 (*w1), the same bits as fp8x32_bf16 on each half. */
-VBMI_INLINE void fp8x64_words(__m512i raw, fp8_bregs t, __m512i *w0, __m512i *w1)
-{
-    __m512i c = _mm512_permutexvar_epi8(t.perm, raw);
-    __m512i lo = _mm512_permutex2var_epi8(t.lo0, c, t.lo1);
-    __m512i hi = _mm512_permutex2var_epi8(t.hi0, c, t.hi1);
-    hi = _mm512_ternarylogic_epi32(hi, c, _mm512_set1_epi8((char)0x80), 0xf8); /* hi | (c & 0x80) */
-    *w0 = _mm512_unpacklo_epi8(lo, hi);
-    *w1 = _mm512_unpackhi_epi8(lo, hi);
-}
-
-/* Codes p[0 .. m) (m < 64 at the end of a span), the rest read as 0. */
-VBMI_INLINE __m512i fp8_load64(const uint8_t *p, int64_t m)
-{
-    if (m >= 64) return _mm512_loadu_si512(p);
-    return _mm512_maskz_loadu_epi8(((__mmask64)1 << m) - 1, p);
-}
+#include "fp8_vbmi.h"
 
 /* The block scale of row r at column c (any scale type). */
 INLINE float fp8_scale(const dsr1_wmat *w, int64_t r, int64_t c)
@@ -931,7 +861,7 @@ INLINE float fp8_scale(const dsr1_wmat *w, int64_t r, int64_t c)
  * Token by token (each x row read as one sequential run: x rows are often
  * a multiple of 4 KiB apart, and a step across 128 of them would touch
  * 128 pages and one cache set), the step scales looked up once. */
-static void fp8_prep_x(const dsr1_mm_job *j, int64_t r, int t0, int nb, int64_t c0, int64_t len,
+void dsr1_mm_fp8_prep_x(const dsr1_mm_job *j, int64_t r, int t0, int nb, int64_t c0, int64_t len,
                        uint16_t *xp, int64_t ldp)
 {
     const dsr1_wmat *w = j->w;
@@ -1273,7 +1203,7 @@ static void fp8_gemv(const dsr1_mm_job *j, int64_t r0, int64_t r1)
     for (int64_t rb = r0; rb < r1;) {
         int64_t re = (rb / g + 1) * g < r1 ? (rb / g + 1) * g : r1;
         for (int64_t c0 = 0; c0 < w->cols; c0 += kc)
-            fp8_prep_x(j, rb, 0, j->n, c0, w->cols - c0 < kc ? w->cols - c0 : kc, xp + c0, ldp);
+            dsr1_mm_fp8_prep_x(j, rb, 0, j->n, c0, w->cols - c0 < kc ? w->cols - c0 : kc, xp + c0, ldp);
         for (int64_t r = rb; r < re;) {
             int rt = re - r >= MR ? MR : 1;
             for (int t0 = 0; t0 < j->n; t0 += 4) { /* the tile's rows again from L1/L2 */
@@ -1321,7 +1251,7 @@ static void rows_fp8_bf16(const dsr1_mm_job *j, int64_t r0, int64_t r1)
             int64_t re = (rb / g + 1) * g < r1 ? (rb / g + 1) * g : r1;
             for (int64_t c0 = 0; c0 < w->cols; c0 += kc) {
                 int64_t len = w->cols - c0 < kc ? w->cols - c0 : kc;
-                fp8_prep_x(j, rb, t0, nb, c0, len, xp, DSR1_MM_FP8_LDP);
+                dsr1_mm_fp8_prep_x(j, rb, t0, nb, c0, len, xp, DSR1_MM_FP8_LDP);
                 fp8_block_chunk(j, rb, re, t0, nb, c0, len, xp, buf, panel, j->vbmi ? &tab : NULL);
             }
             rb = re;
@@ -2076,6 +2006,8 @@ void dsr1_mm_rows_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1)
         dsr1_mm_rows_bf16_amx(j, r0, r1); /* matmul_amx_avx512.c */
     else if (j->b16l)
         dsr1_mm_rows_bf16_lanes_avx512(j, r0, r1); /* matmul_lanes_avx512.c */
+    else if (j->fp8amx)
+        dsr1_mm_rows_fp8_amx(j, r0, r1); /* matmul_fp8amx_avx512.c */
     else if (j->act == DSR1_ACT_BF16 && j->w->type == DSR1_T_FP8_E4M3)
         rows_fp8_bf16(j, r0, r1);
     else if (j->act == DSR1_ACT_BF16 && j->n <= 4 && int4_gemv_ok(j->w))

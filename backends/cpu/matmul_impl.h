@@ -117,6 +117,10 @@ typedef struct dsr1_mm_job {
     int b16l;                /* BF16 weights in the fast mode, AVX-512: rows in lanes
                                 (dsr1_mm_rows_bf16_lanes_avx512), not the canonical
                                 order */
+    int fp8amx;              /* FP8 weights, DSR1_MM_FP8_AMX_MIN_N to DSR1_MM_FP8_GV
+                                tokens, the fast mode: the GEMV on AMX-BF16 tiles
+                                (dsr1_mm_rows_fp8_amx) */
+    const void *f8tab;       /* with fp8amx: the decode's byte tables, in scratch */
 } dsr1_mm_job;
 
 /* Fewest tokens W8A8 and W4A8 take AMX from (a block of the tiles holds
@@ -291,6 +295,24 @@ void dsr1_mm_rows_int8g_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1);
  * dot, the same for any n (from DSR1_MM_B16L_MIN_N) and thread count;
  * stripes under 32 rows go to the lanes kernel. */
 void dsr1_mm_rows_bf16_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1);
+/* FP8 weights (scale blocks and columns multiples of 64) at
+ * DSR1_MM_FP8_AMX_MIN_N to DSR1_MM_FP8_GV tokens in the fast mode (j->fp8amx): the codes decoded by byte
+ * tables (VBMI) into tiles, x' = bf16(x * block scale) of each row block
+ * as the other operand (tdpbf16ps). Not the canonical order: within
+ * float32 rounding of the exact dot of the bf16 operands, the same bits
+ * for a token whatever n and the thread count (matmul_fp8amx_avx512.c).
+ * The call's scratch (prep_bytes) holds the tables (dsr1_mm_fp8_amx_prep),
+ * a task's (task_bytes) its row block's x'. */
+void dsr1_mm_rows_fp8_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1);
+size_t dsr1_mm_fp8_amx_prep_bytes(void);
+void dsr1_mm_fp8_amx_prep(void *mem);
+size_t dsr1_mm_fp8_amx_task_bytes(int n, int64_t cols);
+/* x' of FP8 in BF16 mode (matmul_avx512.c): xp[b][k] = bf16(x[t0 + b][c0 + k]
+ * * the block scale of row r at column c0 + k), k < len, zero up to the next
+ * multiple of 32; len <= DSR1_MM_KC_BF16, xp 64-byte aligned, ldp a
+ * multiple of 32. */
+void dsr1_mm_fp8_prep_x(const dsr1_mm_job *j, int64_t r, int t0, int nb, int64_t c0, int64_t len,
+                        uint16_t *xp, int64_t ldp);
 /* W4A8 with groups of 128 (j->xp, j->amx_mem set), from DSR1_MM_AMX_MIN_N
  * tokens: the W4A8 code panel (dsr1_mm_w4_panel: codes 0..15, scales as
  * floats [group][32 rows]) as the tiles' unsigned operand, xp as the

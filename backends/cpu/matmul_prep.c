@@ -74,6 +74,7 @@ static size_t xt_bytes(const dsr1_mm_job *j)
 
 size_t dsr1_mm_prep_bytes(const dsr1_mm_job *j, int avx)
 {
+    if (j->fp8amx) return dsr1_mm_fp8_amx_prep_bytes();
     if (j->act == DSR1_ACT_BF16 && j->w->type == DSR1_T_FP8_E4M3) return 0; /* x' per task */
     if (j->act == DSR1_ACT_BF16) return (size_t)j->n * (size_t)j->ldxb * 2;
     if (j->rq)
@@ -165,6 +166,11 @@ static void fill_rows(const dsr1_mm_job *j, int t0, int t1, int avx, int avx2)
 int dsr1_mm_prep(dsr1_mm_job *j, void *mem, int avx, int avx2)
 {
     char *m = mem;
+    if (j->fp8amx) { /* the AMX FP8 GEMV's tables (x' is per task: matmul_fp8amx_avx512.c) */
+        dsr1_mm_fp8_amx_prep(mem);
+        j->f8tab = mem;
+        return 0;
+    }
     if (j->act == DSR1_ACT_BF16 && j->w->type == DSR1_T_FP8_E4M3) return 0; /* x' per task */
     if (j->act == DSR1_ACT_BF16) {
         j->xb = mem;

@@ -1,0 +1,202 @@
+/*
+ * matmul_fp8amx_avx512.c - FP8 weights at DSR1_MM_FP8_AMX_MIN_N (2) to
+ * DSR1_MM_FP8_GV (8) tokens - a batch's decode step, speculative
+ * decoding's verify batches, the experts a few tokens share - in the fast
+ * mode on AMX-BF16 tiles: dsr1_mm_rows_fp8_amx, chosen by matmul.c's
+ * call_setup (j->fp8amx) where the pool has AMX and VBMI.
+ *
+ * Why. The canonical FP8 GEMV (matmul_avx512.c, fp8_gemv) decodes 64
+ * codes to bf16 with five shuffles and then spends two vdpbf16ps a token
+ * on them; on Sapphire/Emerald Rapids every 512-bit shuffle runs on port
+ * 5 and vdpbf16ps takes ports 0 and 5 too (a /tmp microbenchmark: one
+ * vpermi2b every ~2.2 cycles, one vdpbf16ps a cycle), so one core decodes
+ * and multiplies about 15 GB/s of codes from L2 at one token, and its work
+ * grows with every token (8 tokens: 4.8 GB/s from DRAM on two cores).
+ * Here the tile unit does the multiplies for all tokens at once and the
+ * vector ports only decode: in one process on the Emerald Rapids Xeon,
+ * one thread, 128x7168 matrices from L2, 17.6-18.5 GB/s against the
+ * canonical kernel's 13.1 at one token, and a /tmp harness of the bare
+ * loop read 24-26 GB/s at 1, 2, 4, 8 and 16 tokens alike. At one token
+ * from DRAM that was not a gain (kernels.h, DSR1_MM_FP8_AMX_MIN_N).
+ *
+ * Layout. A tile multiply C += A B with A = 16 weight rows x 32 bf16
+ * (decoded into a 2 KiB buffer, then loaded as a tile), B = 16 column
+ * pairs x n tokens and C = 16 rows x n tokens. B is x' = bf16(x * the
+ * block scale), as the canonical GEMV prepares it, made once per 128-row
+ * scale block straight into the layout the tiles read: [64-column
+ * step][half][pair][token], 4 bytes each. The decode leaves a row's words
+ * in its unpacks' order (fp8x64_words_lanes: no vpermb), and B's pairs
+ * are stored in that same order, so words and x' still meet column by
+ * column. With the scale in x', one C tile sums a row group's whole dot;
+ * storing C and scaling it block by block instead (x made once a call)
+ * cost about a quarter of the bare loop's speed (22 -> 17 GB/s).
+ * Tokens go to their places in B by vpscatterdd; a network of dword
+ * permutes instead (tokens padded to a power of two) was no faster (in
+ * one process, 8 tokens: 11.3 and 10.7 GB/s against the scatters' 12.1
+ * and 12.1).
+ *
+ * Order. The tile unit sums each row's pairs in its own order, so this is
+ * the fast mode's only (the deterministic mode keeps fp8_gemv): results
+ * within float32 rounding of the exact dot of the bf16 operands. Each token's column of C sees the
+ * same operations whatever n is, so a token's result does not depend on
+ * the tokens beside it or on the thread count.
+ */
+#include "amx_tiles.h"
+#include "matmul_impl.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "fp8_vbmi.h"
+
+/* The call's scratch: the byte tables (made once a call). */
+size_t dsr1_mm_fp8_amx_prep_bytes(void)
+{
+    return (sizeof(fp8_btab) + 63) & ~(size_t)63;
+}
+
+void dsr1_mm_fp8_amx_prep(void *mem)
+{
+    fp8_btab_init(mem);
+}
+
+/* A task's scratch: B of one row block, [cols/64][2][16][n] pairs. */
+size_t dsr1_mm_fp8_amx_task_bytes(int n, int64_t cols)
+{
+    return (size_t)n * (size_t)cols * 2;
+}
+
+/* B of the row block of row r: step s, half h, pair row k holds pair
+ * 8 (k / 4) + 4 h + k % 4 of the step's 32 (columns 16q + 8h + 2(k % 4)
+ * and the next, q = k / 4: the words fp8x64_words_lanes puts at k's place
+ * in *w0 (h = 0) or *w1), tokens side by side; bf16(x * scale) rounded as
+ * the canonical x' (dsr1_mm_fp8_prep_x). */
+static void fp8amx_b(const dsr1_mm_job *j, int64_t r, uint32_t *b)
+{
+    const dsr1_wmat *w = j->w;
+    const int64_t g = w->group, cols = w->cols, ng = (cols + g - 1) / g;
+    const float *sc = (const float *)w->scale + (r / g) * ng;
+    const int n = j->n;
+    const __m512i i0 = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+    const __m512i i1 = _mm512_add_epi32(i0, _mm512_set1_epi32(4));
+    const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32(n));
+    for (int t = 0; t < n; t++) {
+        const float *x = j->x + (int64_t)t * j->ldx;
+        for (int64_t s = 0; s < cols / 64; s++) {
+            const float *q = x + 64 * s;
+            const __m512 f = _mm512_set1_ps(sc[64 * s / g]); /* g is a multiple of 64 */
+            __m512i lo = (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_loadu_ps(q + 16), f),
+                                                      _mm512_mul_ps(_mm512_loadu_ps(q), f));
+            __m512i hi = (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_loadu_ps(q + 48), f),
+                                                      _mm512_mul_ps(_mm512_loadu_ps(q + 32), f));
+            __m512i b0 = _mm512_permutex2var_epi32(lo, i0, hi), b1 = _mm512_permutex2var_epi32(lo, i1, hi);
+            uint32_t *bs = b + s * 2 * 16 * n;
+            if (n == 1) {
+                _mm512_store_si512(bs, b0);
+                _mm512_store_si512(bs + 16, b1);
+            } else {
+                _mm512_i32scatter_epi32(bs + t, rows, b0, 4);
+                _mm512_i32scatter_epi32(bs + 16 * n + t, rows, b1, 4);
+            }
+        }
+    }
+}
+
+/* Tiles: C 0 (16 rows x n tokens), A 1 and 2 (a step's two halves), B 3
+ * and 4. Built on the stack and given to ldtilecfg as the asm's memory
+ * operand (matmul_amx_avx512.c says why). */
+static void fp8amx_cfg(int n)
+{
+    _Alignas(64) amx_cfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    const uint16_t colsb[5] = {(uint16_t)(4 * n), 64, 64, (uint16_t)(4 * n), (uint16_t)(4 * n)};
+    for (int i = 0; i < 5; i++) {
+        c.rows[i] = 16;
+        c.colsb[i] = colsb[i];
+    }
+    __asm__ volatile("ldtilecfg %0" ::"m"(c) : "memory");
+}
+
+/* Decoded rows ahead of the tile loads: a step's two halves, twice. */
+typedef struct fp8amx_buf {
+    _Alignas(64) uint16_t a[2][2][16 * 32];
+} fp8amx_buf;
+
+/* The software prefetch: each row's line this far ahead, past the row's
+ * end the same row of the next 16 (into L2, as the canonical GEMV's
+ * tile_prefetch). Alternated in one process (this kernel's first
+ * version, 1 GB of 2048x7168 and 7168x2048 FP8 matrices, one token, 2
+ * threads, Emerald Rapids, medians of 11 passes): none 19.2 GB/s, 1024
+ * bytes 24.9, 2048 24.0, 4096 24.1. */
+#define FP8AMX_PF 1024
+
+/* Step s (columns 64s ..) of rows w[0 .. m) decoded into buf->a[s & 1]. */
+__attribute__((target("avx512vbmi"))) static inline void fp8amx_decode(const uint8_t *w, int m, int64_t cols,
+                                                                        int64_t s, fp8_bregs t,
+                                                                        fp8amx_buf *buf)
+{
+    const int64_t c = 64 * s, ahead = c + FP8AMX_PF < cols ? FP8AMX_PF : FP8AMX_PF + 15 * cols;
+    uint16_t *a0 = buf->a[s & 1][0], *a1 = buf->a[s & 1][1];
+    for (int i = 0; i < m; i++) {
+        __m512i w0, w1;
+        _mm_prefetch((const char *)w + i * cols + c + ahead, _MM_HINT_T1);
+        fp8x64_words_lanes(_mm512_loadu_si512(w + i * cols + c), t, &w0, &w1);
+        _mm512_store_si512(a0 + 32 * i, w0);
+        _mm512_store_si512(a1 + 32 * i, w1);
+    }
+}
+
+/* Rows w[0 .. m) (m <= 16, stride cols bytes, one row block) times B:
+ * out[i * n + k] the dot of row i and token k. Software-pipelined by one
+ * step: the tiles load step s - 1 after step s is decoded, so a decode's
+ * stores are in L1 before a tile load reads them. */
+__attribute__((target("avx512vbmi"))) static void fp8amx_rows(const uint8_t *w, int m, int64_t cols,
+                                                               const uint32_t *b, int n, fp8_bregs t,
+                                                               fp8amx_buf *buf, float *out)
+{
+    const long ldb = 4L * n;
+    const int64_t steps = cols / 64;
+    T_ZERO(0);
+    for (int64_t s = 0; s <= steps; s++) {
+        if (s < steps) fp8amx_decode(w, m, cols, s, t, buf);
+        if (s == 0) continue;
+        const uint32_t *bs = b + (s - 1) * 2 * 16 * n;
+        T_LOAD(1, buf->a[(s - 1) & 1][0], 64);
+        T_LOAD(2, buf->a[(s - 1) & 1][1], 64);
+        T_LOAD(3, bs, ldb);
+        T_LOAD(4, bs + 16 * n, ldb);
+        T_DPBF(0, 1, 3);
+        T_DPBF(0, 2, 4);
+    }
+    T_STORE(0, out, ldb);
+}
+
+__attribute__((target("avx512vbmi"))) void dsr1_mm_rows_fp8_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1)
+{
+    const dsr1_wmat *w = j->w;
+    const int64_t g = w->group, cols = w->cols;
+    const int n = j->n;
+    const fp8_bregs t = fp8_bregs_load((const fp8_btab *)j->f8tab);
+    uint32_t *b = j->task_mem;
+    fp8amx_buf buf;
+    _Alignas(64) float out[16 * 16];
+    int zeroed = 0;
+    fp8amx_cfg(n);
+    for (int64_t r = r0; r < r1; r += 16) {
+        /* a 16-row group stays in one row block: g and r0 are multiples of 16 */
+        if (r == r0 || r % g == 0) fp8amx_b(j, r, b);
+        const int m = r1 - r < 16 ? (int)(r1 - r) : 16;
+        if (m < 16 && !zeroed) { /* rows past m are never read out: zeroed once so
+                                    that the tiles load no uninitialised memory */
+            memset(&buf, 0, sizeof buf);
+            zeroed = 1;
+        }
+        fp8amx_rows((const uint8_t *)w->data + r * cols, m, cols, b, n, t, &buf, out);
+        for (int i = 0; i < m; i++)
+            for (int k = 0; k < n; k++) j->y[k * j->ldy + r + i] = out[i * n + k];
+    }
+    T_RELEASE();
+    if (r1 > r0 && j->amx_runs) __atomic_fetch_add(j->amx_runs, 1, __ATOMIC_RELAXED);
+}
