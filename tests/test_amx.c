@@ -131,16 +131,22 @@ DSR1_TEST(amx_int4_w4a8_matches_lanes_and_portable)
  * call (a tail of 1 on a short tile against a full tile). */
 static double bf16_of(float v) { return dsr1_bf16_to_f32(dsr1_mm_to_bf16(v)); }
 
-static int bf16_within(const tmat *m, const float *x, int64_t ldx, const float *y, int n, const char **what)
+/* BF16 weights, or FP8 (the e4m3 value, x' = bf16(x * the block scale)):
+ * how many outputs lie outside that bound. */
+static int dots_within(const tmat *m, const float *x, int64_t ldx, const float *y, int n, const char **what)
 {
-    const int64_t rows = m->w.rows, cols = m->w.cols;
-    const uint16_t *wd = m->data;
+    const int64_t rows = m->w.rows, cols = m->w.cols, ng = (cols + 127) / 128;
+    const int fp8 = m->w.type == DSR1_T_FP8_E4M3;
+    const float *sc = m->w.scale;
     int bad = 0;
     for (int tok = 0; tok < n; tok++)
         for (int64_t r = 0; r < rows; r++) {
             double dot = 0, mag = 0;
             for (int64_t c = 0; c < cols; c++) {
-                double p = (double)dsr1_bf16_to_f32(wd[r * cols + c]) * bf16_of(x[tok * ldx + c]);
+                const float xv = x[tok * ldx + c];
+                double p = fp8 ? (double)dsr1_bf16_to_f32(dsr1_mm_fp8_bf16(((const uint8_t *)m->data)[r * cols + c])) *
+                                     bf16_of(xv * sc[(r / 128) * ng + c / 128])
+                               : (double)dsr1_bf16_to_f32(((const uint16_t *)m->data)[r * cols + c]) * bf16_of(xv);
                 dot += p;
                 mag += p < 0 ? -p : p;
             }
@@ -181,7 +187,7 @@ DSR1_TEST(amx_bf16_fast_within_rounding)
             CHECKF(dsr1_pool_amx_runs(p1) > runs, "bf16 %lldx%lld n=%d: the tiles never ran", (long long)rows,
                    (long long)cols, n);
             dsr1_matmul(p3, &m.w, x, ldx, a3, rows, n, DSR1_ACT_INT8_FAST);
-            int bad = bf16_within(&m, x, ldx, a1, n, &what);
+            int bad = dots_within(&m, x, ldx, a1, n, &what);
             CHECKF(!bad, "bf16 %lldx%lld n=%d: %d AMX outputs %s", (long long)rows, (long long)cols, n, bad, what);
             CHECKF(!memcmp(a1, a3, bytes), "bf16 %lldx%lld n=%d: 1 and 3 threads differ", (long long)rows,
                    (long long)cols, n);
@@ -256,29 +262,6 @@ DSR1_TEST(amx_gate_up_both_halves_on_tiles)
  * columns not a multiple of 64, stay on the canonical kernel (the fast
  * mode's bits equal the deterministic mode's there). A mutation that dropped the x' of the
  * second row block, or stored B's pairs in column order, fails it. */
-static int fp8_within(const tmat *m, const float *x, int64_t ldx, const float *y, int n, const char **what)
-{
-    const int64_t rows = m->w.rows, cols = m->w.cols, ng = (cols + 127) / 128;
-    const uint8_t *wd = m->data;
-    const float *sc = m->w.scale;
-    int bad = 0;
-    for (int tok = 0; tok < n; tok++)
-        for (int64_t r = 0; r < rows; r++) {
-            double dot = 0, mag = 0;
-            for (int64_t c = 0; c < cols; c++) {
-                double wv = dsr1_bf16_to_f32(dsr1_mm_fp8_bf16(wd[r * cols + c]));
-                double p = wv * bf16_of(x[tok * ldx + c] * sc[(r / 128) * ng + c / 128]);
-                dot += p;
-                mag += p < 0 ? -p : p;
-            }
-            double err = y[(int64_t)tok * rows + r] - dot;
-            if (err < 0) err = -err;
-            if (!(err <= (double)(cols / 2 + 1) * 0x1p-24 * mag + 1e-30)) bad++;
-        }
-    *what = bad ? "outside float32 rounding of the exact dot" : "";
-    return bad;
-}
-
 DSR1_TEST(amx_fp8_gemv_fast_within_rounding)
 {
     const char *why = no_amx();
@@ -309,7 +292,7 @@ DSR1_TEST(amx_fp8_gemv_fast_within_rounding)
             CHECKF((dsr1_pool_amx_runs(p1) > runs) == tiles, "fp8 %lldx%lld n=%d: the tiles %s",
                    (long long)rows, (long long)cols, n, tiles ? "never ran" : "ran");
             dsr1_matmul(p3, &m.w, x, ldx, a3, rows, n, DSR1_ACT_INT8_FAST);
-            int bad = fp8_within(&m, x, ldx, a1, n, &what);
+            int bad = dots_within(&m, x, ldx, a1, n, &what);
             CHECKF(!bad, "fp8 %lldx%lld n=%d: %d outputs %s", (long long)rows, (long long)cols, n, bad, what);
             CHECKF(!memcmp(a1, a3, bytes), "fp8 %lldx%lld n=%d: 1 and 3 threads differ", (long long)rows,
                    (long long)cols, n);
