@@ -302,7 +302,8 @@ static void kernel_line(dsr1_pool *pool, dsr1_dnnl *dn, const bench_mat *m, cons
      * tiles where the CPU has them ("bf16t"), else the bf16 line's kernel */
     const int fp8_gemv = act == DSR1_ACT_INT8_FAST && m->w.type == DSR1_T_FP8_E4M3 && n < DSR1_MM_RQ_MIN_N;
     const char *name = noamx ? (act == DSR1_ACT_INT8 ? "i8vnni" : "w8vnni")
-                       : act == DSR1_ACT_INT8_FAST && m->w.type == DSR1_T_BF16 ? "bf16l"
+                       : act == DSR1_ACT_INT8_FAST && m->w.type == DSR1_T_BF16
+                           ? (n < DSR1_MM_B16L_MIN_N ? "bf16t" : "bf16l")
                        : fp8_gemv ? (dsr1_pool_amx(pool) && n >= DSR1_MM_FP8_AMX_MIN_N ? "bf16t" : "bf16")
                                   : act_names[dn ? 4 : act];
     if (s < 0) {
@@ -381,9 +382,11 @@ static int bench_kernels(int argc, char **argv)
                 if (o.ns[i] >= 32)
                     kernel_line(pool, NULL, &m, x, y, o.ns[i], DSR1_ACT_INT8_FAST, &o, membw, peak, vnni);
             /* BF16 in the fast mode: rows in lanes from DSR1_MM_B16L_MIN_N tokens
-             * on AVX-512 ("bf16l"; the bf16 line is the canonical order) */
+             * on AVX-512 ("bf16l"; the bf16 line is the canonical order), and
+             * with AMX the GEMV of 2 to 16 tokens on the tiles ("bf16t") */
             for (int i = 0; i < o.n_ns && o.types[ti] == DSR1_T_BF16 && hw.kernels_avx512; i++)
-                if (o.ns[i] >= DSR1_MM_B16L_MIN_N)
+                if (o.ns[i] >= DSR1_MM_B16L_MIN_N ||
+                    (amx && o.ns[i] >= DSR1_MM_B16_AMX_MIN_N && o.ns[i] <= 16))
                     kernel_line(pool, NULL, &m, x, y, o.ns[i], DSR1_ACT_INT8_FAST, &o, membw, peak, au);
             /* the fast mode's prefill GEMM, at the sizes it may take */
             for (int i = 0; i < o.n_ns && dn; i++)

@@ -247,62 +247,59 @@ DSR1_TEST(amx_gate_up_both_halves_on_tiles)
     gate_up_on_tiles(t, DSR1_T_FP8_E4M3, 0, DSR1_ACT_INT8_FAST, 77);
     gate_up_on_tiles(t, DSR1_T_INT4, 2, DSR1_ACT_INT8, 77);
     gate_up_on_tiles(t, DSR1_T_BF16, 0, DSR1_ACT_INT8_FAST, 77);
-    gate_up_on_tiles(t, DSR1_T_FP8_E4M3, 0, DSR1_ACT_INT8_FAST, 3); /* the FP8 GEMV on tiles */
+    gate_up_on_tiles(t, DSR1_T_FP8_E4M3, 0, DSR1_ACT_INT8_FAST, 3); /* the few-token GEMVs on tiles */
+    gate_up_on_tiles(t, DSR1_T_BF16, 0, DSR1_ACT_INT8_FAST, 5);
 }
 
-/* FP8 GEMVs in the fast mode on the tiles (dsr1_mm_rows_fp8_amx, 2 to
- * DSR1_MM_FP8_GV tokens): like BF16 above, no other kernel's bits, so each
- * output within float32 rounding of the exact dot of the bf16 operands -
- * the e4m3 values (subnormals included: the test matrices use every
- * code but NaN) and x' = bf16(x * the block's scale) - and one
- * computation: the same bits with 1 and 3 threads and for the first
- * tokens of an 8-token call. Shapes: one 16-row group; a partial 64-column
- * scale block (192 columns); two row blocks, the second of one group (144
- * rows); a last group of 8 rows (200); R1's expert width. One token, and
- * columns not a multiple of 64, stay on the canonical kernel (the fast
- * mode's bits equal the deterministic mode's there). A mutation that dropped the x' of the
- * second row block, or stored B's pairs in column order, fails it. */
-DSR1_TEST(amx_fp8_gemv_fast_within_rounding)
+/* Few-token GEMVs in the fast mode on the tiles - FP8
+ * (dsr1_mm_rows_fp8_amx, 2 to DSR1_MM_FP8_GV tokens) and BF16
+ * (dsr1_mm_rows_bf16_gv_amx, 2 to 16): like BF16 above, no other kernel's
+ * bits, so each output within float32 rounding of the exact dot of the
+ * bf16 operands (for FP8 the e4m3 values, subnormals included: the test
+ * matrices use every code but NaN, and x' = bf16(x * the block's scale))
+ * and one computation: the same bits with 1 and 3 threads and for the
+ * first tokens of the longest call. One token, and columns the tiles do
+ * not take (FP8: not a multiple of 64), stay on the canonical kernel: the
+ * fast mode's bits equal the deterministic mode's there. */
+static void gemv_on_tiles(dsr1_test_ctx *t, dsr1_type type, const int64_t (*shapes)[2], int nshapes, int max_n,
+                          uint64_t seed)
 {
-    const char *why = no_amx();
-    if (why) DSR1_SKIP("%s: no AMX kernels to compare", why);
-    static const int64_t shapes[][2] = {{16, 64}, {48, 192}, {144, 1024}, {200, 2048}, {256, 7168}, {32, 96}};
-    static const int ns[] = {1, 2, 3, 5, 8};
-    const int NMAX = DSR1_MM_FP8_GV;
+    static const int ns[] = {1, 2, 3, 5, 8, 13, 16};
+    const int fp8 = type == DSR1_T_FP8_E4M3, min_n = fp8 ? DSR1_MM_FP8_AMX_MIN_N : DSR1_MM_B16_AMX_MIN_N;
     dsr1_pool *p1 = NULL, *p3 = NULL;
     dsr1_error err = {0};
     CHECK_OK(dsr1_pool_create(&p1, 1, &err), &err);
     CHECK_OK(dsr1_pool_create(&p3, 3, &err), &err);
     if (!p1 || !p3) return;
-    for (int si = 0; si < 6; si++) {
+    for (int si = 0; si < nshapes; si++) {
         const int64_t rows = shapes[si][0], cols = shapes[si][1], ldx = cols + 7;
-        const int wide = cols % 64 == 0;
-        tmat m = dsr1_test_mat(DSR1_T_FP8_E4M3, rows, cols, 0, 1700 + (uint64_t)si);
-        float *x = make_x(NMAX, ldx, 1800 + (uint64_t)si);
-        size_t yb = (size_t)NMAX * (size_t)rows * 4;
+        const int wide = cols % (fp8 ? 64 : 32) == 0;
+        tmat m = dsr1_test_mat(type, rows, cols, 0, seed + (uint64_t)si);
+        float *x = make_x(max_n, ldx, seed + 100 + (uint64_t)si);
+        size_t yb = (size_t)max_n * (size_t)rows * 4;
         float *a1 = malloc(yb), *a3 = malloc(yb), *full = malloc(yb), *canon = malloc(yb);
-        dsr1_matmul(p3, &m.w, x, ldx, full, rows, NMAX, DSR1_ACT_INT8_FAST);
-        for (int ni = 0; ni < 5; ni++) {
-            const int n = ns[ni], tiles = wide && n >= DSR1_MM_FP8_AMX_MIN_N;
+        dsr1_matmul(p3, &m.w, x, ldx, full, rows, max_n, DSR1_ACT_INT8_FAST);
+        for (int ni = 0; ni < 7 && ns[ni] <= max_n; ni++) {
+            const int n = ns[ni], tiles = wide && n >= min_n;
             size_t bytes = (size_t)n * (size_t)rows * 4;
             const char *what = "";
             memset(a1, 0xff, yb); /* NaN: an output the tiles forgot stays visible */
             const uint64_t runs = dsr1_pool_amx_runs(p1);
             dsr1_matmul(p1, &m.w, x, ldx, a1, rows, n, DSR1_ACT_INT8_FAST);
-            CHECKF((dsr1_pool_amx_runs(p1) > runs) == tiles, "fp8 %lldx%lld n=%d: the tiles %s",
+            CHECKF((dsr1_pool_amx_runs(p1) > runs) == tiles, "%s %lldx%lld n=%d: the tiles %s", m.what,
                    (long long)rows, (long long)cols, n, tiles ? "never ran" : "ran");
             dsr1_matmul(p3, &m.w, x, ldx, a3, rows, n, DSR1_ACT_INT8_FAST);
             int bad = dots_within(&m, x, ldx, a1, n, &what);
-            CHECKF(!bad, "fp8 %lldx%lld n=%d: %d outputs %s", (long long)rows, (long long)cols, n, bad, what);
-            CHECKF(!memcmp(a1, a3, bytes), "fp8 %lldx%lld n=%d: 1 and 3 threads differ", (long long)rows,
+            CHECKF(!bad, "%s %lldx%lld n=%d: %d outputs %s", m.what, (long long)rows, (long long)cols, n, bad, what);
+            CHECKF(!memcmp(a1, a3, bytes), "%s %lldx%lld n=%d: 1 and 3 threads differ", m.what, (long long)rows,
                    (long long)cols, n);
             CHECKF((!tiles && wide) || !memcmp(a1, full, bytes), /* one token: canonical */
-                   "fp8 %lldx%lld n=%d: differs from the same tokens of n=%d", (long long)rows,
-                   (long long)cols, n, NMAX);
+                   "%s %lldx%lld n=%d: differs from the same tokens of n=%d", m.what, (long long)rows,
+                   (long long)cols, n, max_n);
             if (!tiles) {
                 dsr1_matmul(p1, &m.w, x, ldx, canon, rows, n, DSR1_ACT_INT8);
-                CHECKF(!memcmp(a1, canon, bytes), "fp8 %lldx%lld n=%d: off the tiles, not the canonical bits",
-                       (long long)rows, (long long)cols, n);
+                CHECKF(!memcmp(a1, canon, bytes), "%s %lldx%lld n=%d: off the tiles, not the canonical bits",
+                       m.what, (long long)rows, (long long)cols, n);
             }
         }
         free(a1);
@@ -314,4 +311,28 @@ DSR1_TEST(amx_fp8_gemv_fast_within_rounding)
     }
     dsr1_pool_free(p1);
     dsr1_pool_free(p3);
+}
+
+/* FP8 shapes: one 16-row group; a partial 64-column scale block (192
+ * columns); two row blocks, the second of one group (144 rows); a last
+ * group of 8 rows (200); R1's expert width; 96 columns (off the tiles). A
+ * mutation that dropped the x' of the second row block, or stored B's
+ * pairs in column order, fails it. */
+DSR1_TEST(amx_fp8_gemv_fast_within_rounding)
+{
+    const char *why = no_amx();
+    if (why) DSR1_SKIP("%s: no AMX kernels to compare", why);
+    static const int64_t shapes[][2] = {{16, 64}, {48, 192}, {144, 1024}, {200, 2048}, {256, 7168}, {32, 96}};
+    gemv_on_tiles(t, DSR1_T_FP8_E4M3, shapes, 6, DSR1_MM_FP8_GV, 1700);
+}
+
+/* BF16 shapes: one group; an odd 32-column step (96 columns); a last
+ * group of 13 rows on tiles of 13 (77 rows); R1's expert width; 48
+ * columns (off the tiles). */
+DSR1_TEST(amx_bf16_gemv_fast_within_rounding)
+{
+    const char *why = no_amx();
+    if (why) DSR1_SKIP("%s: no AMX kernels to compare", why);
+    static const int64_t shapes[][2] = {{16, 64}, {32, 96}, {77, 2048}, {256, 7168}, {16, 48}};
+    gemv_on_tiles(t, DSR1_T_BF16, shapes, 5, 16, 1900);
 }

@@ -124,6 +124,12 @@ void dsr1_touch(void *mem, size_t bytes);
  * 7168x2048 matrices, 2 threads, medians: 2 tokens 18.1 -> 21.1 GB/s,
  * 8 tokens 4.8 -> 14.6). */
 #define DSR1_MM_FP8_AMX_MIN_N 2
+/* The same for BF16 weights (matmul_bf16amx_avx512.c, up to 16 tokens: one
+ * tile's worth; from DSR1_MM_B16L_MIN_N the fast BF16 prefill kernels).
+ * One token stays on the canonical GEMV, which reads at the memory's rate
+ * already (`bench kernels --type bf16`, 18432x7168, 2 threads, Emerald
+ * Rapids: 95% of `membw`). */
+#define DSR1_MM_B16_AMX_MIN_N 2
 /* On a CPU with AVX2 and no AVX-512 the float FP8 kernel is slower for its
  * width and the table requantisation cheaper for its vpshufb tree
  * (matmul_avx2.c), so W8A8 pays from fewer tokens: `dsr1 bench kernels

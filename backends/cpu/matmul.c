@@ -526,7 +526,12 @@ static void call_setup(mm_call *c, dsr1_pool *p, const dsr1_wmat *w, const dsr1_
                act == DSR1_ACT_INT8_FAST && ea == DSR1_ACT_BF16 && w->type == DSR1_T_FP8_E4M3 &&
                n >= DSR1_MM_FP8_AMX_MIN_N && n <= DSR1_MM_FP8_GV && w->cols % 64 == 0 && w->group > 0 && w->group % 64 == 0 &&
                w->scale_type == DSR1_T_F32 && dsr1_pool_amx(p) && dsr1_mm_vbmi_usable();
-    if (amx_w8a8 || j.fp8amx) j.amx_runs = dsr1_pool_amx_counter(p);
+    /* BF16 GEMVs of 2 to 16 tokens in the fast mode on the tiles too
+     * (matmul_bf16amx_avx512.c) */
+    j.b16gv = c->avx && p && k != DSR1_MM_AVX512_NOAMX && act == DSR1_ACT_INT8_FAST &&
+              ea == DSR1_ACT_BF16 && w->type == DSR1_T_BF16 && n >= DSR1_MM_B16_AMX_MIN_N && n <= 16 &&
+              w->cols % 32 == 0 && dsr1_pool_amx(p);
+    if (amx_w8a8 || j.fp8amx || j.b16gv) j.amx_runs = dsr1_pool_amx_counter(p);
     /* FP8 in BF16 mode: x' of a scale block, all columns for up to
      * DSR1_MM_FP8_GV tokens (GEMV), else one chunk for a block of tokens;
      * the AVX2 kernel's x' is float32, 4 tokens at a time. */
@@ -538,7 +543,7 @@ static void call_setup(mm_call *c, dsr1_pool *p, const dsr1_wmat *w, const dsr1_
         j.task_bytes = n <= DSR1_MM_FP8_GV ? (size_t)n * (size_t)j.ldxb * 2
                               : (size_t)(n < DSR1_MM_FP8_TB ? n : DSR1_MM_FP8_TB) * DSR1_MM_FP8_LDP * 2 +
                                     DSR1_MM_BIG_BYTES;
-    else if (j.act == DSR1_ACT_BF16 && n > 4 && !j.b16l)
+    else if (j.act == DSR1_ACT_BF16 && n > 4 && !j.b16l && !j.b16gv)
         j.task_bytes = DSR1_MM_BIG_BYTES; /* the big weight panel */
     else if (j.act == DSR1_ACT_INT8 && w->type == DSR1_T_INT4 && c->avx2 && n > 4 && w->group % 32 == 0)
         j.task_bytes = 16 * ((size_t)w->cols + (size_t)(w->cols / w->group) * sizeof(float)); /* 16 rows' codes */

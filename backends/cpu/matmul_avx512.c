@@ -2002,6 +2002,8 @@ void dsr1_mm_rows_avx512(const dsr1_mm_job *j, int64_t r0, int64_t r1)
         dsr1_mm_rows_w4a8_avx512(j, r0, r1); /* matmul_lanes_avx512.c */
     else if (j->act == DSR1_ACT_INT8)
         rows_int8(j, r0, r1);
+    else if (j->b16gv)
+        dsr1_mm_rows_bf16_gv_amx(j, r0, r1); /* matmul_bf16amx_avx512.c */
     else if (j->b16l && j->amx && j->n >= DSR1_MM_AMX_MIN_N)
         dsr1_mm_rows_bf16_amx(j, r0, r1); /* matmul_amx_avx512.c */
     else if (j->b16l)

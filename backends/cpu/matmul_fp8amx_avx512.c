@@ -103,22 +103,6 @@ static void fp8amx_b(const dsr1_mm_job *j, int64_t r, uint32_t *b)
     }
 }
 
-/* Tiles: C 0 (16 rows x n tokens), A 1 and 2 (a step's two halves), B 3
- * and 4. Built on the stack and given to ldtilecfg as the asm's memory
- * operand (matmul_amx_avx512.c says why). */
-static void fp8amx_cfg(int n)
-{
-    _Alignas(64) amx_cfg c;
-    memset(&c, 0, sizeof c);
-    c.palette = 1;
-    const uint16_t colsb[5] = {(uint16_t)(4 * n), 64, 64, (uint16_t)(4 * n), (uint16_t)(4 * n)};
-    for (int i = 0; i < 5; i++) {
-        c.rows[i] = 16;
-        c.colsb[i] = colsb[i];
-    }
-    __asm__ volatile("ldtilecfg %0" ::"m"(c) : "memory");
-}
-
 /* Decoded rows ahead of the tile loads: a step's two halves, twice. */
 typedef struct fp8amx_buf {
     _Alignas(64) uint16_t a[2][2][16 * 32];
@@ -183,7 +167,7 @@ __attribute__((target("avx512vbmi"))) void dsr1_mm_rows_fp8_amx(const dsr1_mm_jo
     fp8amx_buf buf;
     _Alignas(64) float out[16 * 16];
     int zeroed = 0;
-    fp8amx_cfg(n);
+    amx_cfg_gemv(n, 16); /* rows past m: the zeros of buf, never read out */
     for (int64_t r = r0; r < r1; r += 16) {
         /* a 16-row group stays in one row block: g and r0 are multiples of 16 */
         if (r == r0 || r % g == 0) fp8amx_b(j, r, b);

@@ -121,6 +121,9 @@ typedef struct dsr1_mm_job {
                                 tokens, the fast mode: the GEMV on AMX-BF16 tiles
                                 (dsr1_mm_rows_fp8_amx) */
     const void *f8tab;       /* with fp8amx: the decode's byte tables, in scratch */
+    int b16gv;               /* BF16 weights, DSR1_MM_B16_AMX_MIN_N to 16 tokens, the fast
+                                mode: the GEMV on AMX-BF16 tiles (dsr1_mm_rows_bf16_gv_amx) */
+    const uint32_t *b16b;    /* with b16gv: bf16(x) as [cols / 2][n] pairs, in scratch */
 } dsr1_mm_job;
 
 /* Fewest tokens W8A8 and W4A8 take AMX from (a block of the tiles holds
@@ -304,6 +307,12 @@ void dsr1_mm_rows_bf16_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1);
  * The call's scratch (prep_bytes) holds the tables (dsr1_mm_fp8_amx_prep),
  * a task's (task_bytes) its row block's x'. */
 void dsr1_mm_rows_fp8_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1);
+/* BF16 weights (columns a multiple of 32) at DSR1_MM_B16_AMX_MIN_N to 16
+ * tokens in the fast mode (j->b16gv): the weight rows loaded as tiles as
+ * they are, j->b16b the other operand. Within float32 rounding of the
+ * exact dot, the same bits for a token whatever n and the thread count
+ * (matmul_bf16amx_avx512.c). */
+void dsr1_mm_rows_bf16_gv_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1);
 size_t dsr1_mm_fp8_amx_prep_bytes(void);
 void dsr1_mm_fp8_amx_prep(void *mem);
 size_t dsr1_mm_fp8_amx_task_bytes(int n, int64_t cols);

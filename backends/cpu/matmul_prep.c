@@ -10,6 +10,7 @@
 #include "matmul_impl.h"
 
 #include <math.h>
+#include <string.h>
 
 /* ---- preparing the activations -------------------------------------------- */
 
@@ -76,7 +77,8 @@ size_t dsr1_mm_prep_bytes(const dsr1_mm_job *j, int avx)
 {
     if (j->fp8amx) return dsr1_mm_fp8_amx_prep_bytes();
     if (j->act == DSR1_ACT_BF16 && j->w->type == DSR1_T_FP8_E4M3) return 0; /* x' per task */
-    if (j->act == DSR1_ACT_BF16) return (size_t)j->n * (size_t)j->ldxb * 2;
+    if (j->act == DSR1_ACT_BF16) /* bf16(x), and for the tiles its token interleave */
+        return (size_t)j->n * (size_t)j->ldxb * 2 * (j->b16gv ? 2 : 1);
     if (j->rq)
         return rq_tab_offset(j) + sizeof(dsr1_mm_rq_tab) +
                (want_xt(j, avx) ? xt_bytes(j) + (size_t)j->ldg * (size_t)((j->n + 15) & ~15) * sizeof(float) : 0);
@@ -99,6 +101,10 @@ static void fill_rows(const dsr1_mm_job *j, int t0, int t1, int avx, int avx2)
         uint16_t *xb = (uint16_t *)j->xb + t0 * j->ldxb;
         if (avx) {
             dsr1_mm_bf16_rows_avx512(x, j->ldx, n, cols, xb, j->ldxb);
+            if (j->b16gv) /* the tiles' B: pair p of token t at p * n + t */
+                for (int t = 0; t < n; t++)
+                    for (int64_t p = 0; p < cols / 2; p++)
+                        memcpy((uint32_t *)j->b16b + p * j->n + t0 + t, xb + t * j->ldxb + 2 * p, 4);
             return;
         }
         for (int t = 0; t < n; t++) {
@@ -174,6 +180,7 @@ int dsr1_mm_prep(dsr1_mm_job *j, void *mem, int avx, int avx2)
     if (j->act == DSR1_ACT_BF16 && j->w->type == DSR1_T_FP8_E4M3) return 0; /* x' per task */
     if (j->act == DSR1_ACT_BF16) {
         j->xb = mem;
+        if (j->b16gv) j->b16b = (const uint32_t *)(m + (size_t)j->n * (size_t)j->ldxb * 2);
         return 1;
     }
     if (j->act != DSR1_ACT_INT8 && !j->rq) return 0;
