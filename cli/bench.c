@@ -298,13 +298,16 @@ static void kernel_line(dsr1_pool *pool, dsr1_dnnl *dn, const bench_mat *m, cons
                         const double peak[3], int noamx)
 {
     double s = time_matmul(pool, dn, m, x, y, n, act, noamx, o->quick ? 0.05 : 0.4);
-    /* FP8 in the fast mode below W8A8's DSR1_MM_RQ_MIN_N: the GEMV, on AMX
-     * tiles where the CPU has them ("bf16t"), else the bf16 line's kernel */
-    const int fp8_gemv = act == DSR1_ACT_INT8_FAST && m->w.type == DSR1_T_FP8_E4M3 && n < DSR1_MM_RQ_MIN_N;
+    /* FP8 in the fast mode: the GEMV on AMX tiles where the CPU has them
+     * (2 to 16 tokens, "bf16t"), else below W8A8's DSR1_MM_RQ_MIN_N the bf16
+     * line's kernel */
+    const int fp8_fast = act == DSR1_ACT_INT8_FAST && m->w.type == DSR1_T_FP8_E4M3;
+    const int fp8_tiles = fp8_fast && dsr1_pool_amx(pool) && n >= DSR1_MM_FP8_AMX_MIN_N && n <= DSR1_MM_FP8_AMX_MAX_N;
+    const int fp8_gemv = fp8_fast && (fp8_tiles || n < DSR1_MM_RQ_MIN_N);
     const char *name = noamx ? (act == DSR1_ACT_INT8 ? "i8vnni" : "w8vnni")
                        : act == DSR1_ACT_INT8_FAST && m->w.type == DSR1_T_BF16
                            ? (n < DSR1_MM_B16L_MIN_N ? "bf16t" : "bf16l")
-                       : fp8_gemv ? (dsr1_pool_amx(pool) && n >= DSR1_MM_FP8_AMX_MIN_N ? "bf16t" : "bf16")
+                       : fp8_gemv ? (fp8_tiles ? "bf16t" : "bf16")
                                   : act_names[dn ? 4 : act];
     if (s < 0) {
         printf("%-5s %-6s %4d  (oneDNN has no fast kernel for this shape)\n",

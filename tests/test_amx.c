@@ -14,7 +14,8 @@
  * 32); pools of 1 and 3 threads; every 11th INT8 and INT4 token alone
  * equals itself in the batch; the tiles ran (the pool's count) wherever a
  * task holds 32 rows and the call 16 tokens. FP8 GEMVs of the fast mode
- * on the tiles (1 to 8 tokens) are held to a rounding bound, as BF16.
+ * and BF16 on the tiles (2 to 12 and 2 to 16 tokens) are held to a
+ * rounding bound, as BF16 from 25.
  * On a CPU without AMX every test skips and says so: there is nothing to
  * compare.
  */
@@ -252,19 +253,21 @@ DSR1_TEST(amx_gate_up_both_halves_on_tiles)
 }
 
 /* Few-token GEMVs in the fast mode on the tiles - FP8
- * (dsr1_mm_rows_fp8_amx, 2 to DSR1_MM_FP8_GV tokens) and BF16
+ * (dsr1_mm_rows_fp8_amx, 2 to DSR1_MM_FP8_AMX_MAX_N tokens) and BF16
  * (dsr1_mm_rows_bf16_gv_amx, 2 to 16): like BF16 above, no other kernel's
  * bits, so each output within float32 rounding of the exact dot of the
  * bf16 operands (for FP8 the e4m3 values, subnormals included: the test
  * matrices use every code but NaN, and x' = bf16(x * the block's scale))
  * and one computation: the same bits with 1 and 3 threads and for the
- * first tokens of the longest call. One token, and columns the tiles do
- * not take (FP8: not a multiple of 64), stay on the canonical kernel: the
- * fast mode's bits equal the deterministic mode's there. */
+ * first tokens of the longest call on the tiles. One token, and columns
+ * the tiles do not take (FP8: not a multiple of 64), stay on the canonical
+ * kernel: the fast mode's bits equal the deterministic mode's there; one
+ * token more than their most leaves the tiles. */
 static void gemv_on_tiles(dsr1_test_ctx *t, dsr1_type type, const int64_t (*shapes)[2], int nshapes, int max_n,
                           uint64_t seed)
 {
-    static const int ns[] = {1, 2, 3, 5, 8, 13, 16};
+    /* up to max_n (the tiles' most, which full is), then one more (off them) */
+    static const int ns[] = {1, 2, 3, 5, 8, 12, 13, 16, 17};
     const int fp8 = type == DSR1_T_FP8_E4M3, min_n = fp8 ? DSR1_MM_FP8_AMX_MIN_N : DSR1_MM_B16_AMX_MIN_N;
     dsr1_pool *p1 = NULL, *p3 = NULL;
     dsr1_error err = {0};
@@ -275,12 +278,12 @@ static void gemv_on_tiles(dsr1_test_ctx *t, dsr1_type type, const int64_t (*shap
         const int64_t rows = shapes[si][0], cols = shapes[si][1], ldx = cols + 7;
         const int wide = cols % (fp8 ? 64 : 32) == 0;
         tmat m = dsr1_test_mat(type, rows, cols, 0, seed + (uint64_t)si);
-        float *x = make_x(max_n, ldx, seed + 100 + (uint64_t)si);
-        size_t yb = (size_t)max_n * (size_t)rows * 4;
+        float *x = make_x(max_n + 1, ldx, seed + 100 + (uint64_t)si);
+        size_t yb = (size_t)(max_n + 1) * (size_t)rows * 4;
         float *a1 = malloc(yb), *a3 = malloc(yb), *full = malloc(yb), *canon = malloc(yb);
         dsr1_matmul(p3, &m.w, x, ldx, full, rows, max_n, DSR1_ACT_INT8_FAST);
-        for (int ni = 0; ni < 7 && ns[ni] <= max_n; ni++) {
-            const int n = ns[ni], tiles = wide && n >= min_n;
+        for (int ni = 0; ni < 9 && ns[ni] <= max_n + 1; ni++) {
+            const int n = ns[ni], tiles = wide && n >= min_n && n <= max_n;
             size_t bytes = (size_t)n * (size_t)rows * 4;
             const char *what = "";
             memset(a1, 0xff, yb); /* NaN: an output the tiles forgot stays visible */
@@ -288,6 +291,7 @@ static void gemv_on_tiles(dsr1_test_ctx *t, dsr1_type type, const int64_t (*shap
             dsr1_matmul(p1, &m.w, x, ldx, a1, rows, n, DSR1_ACT_INT8_FAST);
             CHECKF((dsr1_pool_amx_runs(p1) > runs) == tiles, "%s %lldx%lld n=%d: the tiles %s", m.what,
                    (long long)rows, (long long)cols, n, tiles ? "never ran" : "ran");
+            if (n > max_n) break; /* past the tiles: W8A8 for FP8, held elsewhere */
             dsr1_matmul(p3, &m.w, x, ldx, a3, rows, n, DSR1_ACT_INT8_FAST);
             int bad = dots_within(&m, x, ldx, a1, n, &what);
             CHECKF(!bad, "%s %lldx%lld n=%d: %d outputs %s", m.what, (long long)rows, (long long)cols, n, bad, what);
@@ -323,7 +327,7 @@ DSR1_TEST(amx_fp8_gemv_fast_within_rounding)
     const char *why = no_amx();
     if (why) DSR1_SKIP("%s: no AMX kernels to compare", why);
     static const int64_t shapes[][2] = {{16, 64}, {48, 192}, {144, 1024}, {200, 2048}, {256, 7168}, {32, 96}};
-    gemv_on_tiles(t, DSR1_T_FP8_E4M3, shapes, 6, DSR1_MM_FP8_GV, 1700);
+    gemv_on_tiles(t, DSR1_T_FP8_E4M3, shapes, 6, DSR1_MM_FP8_AMX_MAX_N, 1700);
 }
 
 /* BF16 shapes: one group; an odd 32-column step (96 columns); a last

@@ -113,17 +113,24 @@ void dsr1_touch(void *mem, size_t bytes);
  * count (dsr1 eval on tiny-r1: README, FP8 prefill as W8A8). */
 #define DSR1_MM_RQ_MIN_N 9
 /* Fewest tokens of the fast mode's FP8 GEMV on AMX-BF16 tiles
- * (matmul_fp8amx_avx512.c; up to 8, where W8A8 takes over). At one token the tile kernel decodes ~1.4x as fast
- * from L2, but a decode step's FP8 GEMVs read from DRAM and there the
- * canonical GEMV kept up: in the model (R1-shape FP8 file, `bench
- * --prompt 1 --gen 64`, 2 threads, Emerald Rapids, the two alternated
- * call by call in one process, each shape's time weighted by its calls)
- * the tiles took 1.057x and 1.072x the canonical GEMVs' time in two runs,
- * every large shape 1.01-1.17x. From two tokens the canonical GEMV's work
- * grows with n and the tiles' does not (/tmp harness, 1 GB of 2048x7168 and
- * 7168x2048 matrices, 2 threads, medians: 2 tokens 18.1 -> 21.1 GB/s,
- * 8 tokens 4.8 -> 14.6). */
+ * (matmul_fp8amx_avx512.c; its most below). At one token the tile kernel
+ * decodes ~1.4x as fast from L2, but a decode step's FP8 GEMVs read from
+ * DRAM and there the canonical GEMV kept up: in the model (R1-shape FP8
+ * file, `bench --prompt 1 --gen 64`, 2 threads, Emerald Rapids, the two
+ * alternated call by call in one process, each shape's time weighted by
+ * its calls) the tiles took 1.057x and 1.072x the canonical GEMVs' time in
+ * two runs, every large shape 1.01-1.17x. From two tokens the canonical
+ * GEMV's work grows with n far faster than the tiles' (/tmp harness, 1 GB
+ * of 2048x7168 and 7168x2048 matrices, 2 threads, medians: 2 tokens 18.1
+ * -> 21.1 GB/s, 8 tokens 4.8 -> 14.6). */
 #define DSR1_MM_FP8_AMX_MIN_N 2
+/* ... and its most: from DSR1_MM_RQ_MIN_N to here it runs where W8A8 would
+ * (one decode of the codes serves every token, but x' is remade per
+ * 128-row block for every token, which grows with n). In one process, 1
+ * GB of 2048x7168 and 7168x2048 FP8 matrices, 2 threads, Emerald Rapids,
+ * medians of 5 passes, W8A8 -> tiles: 9 tokens 8.5 -> 13.1-13.6 GB/s, 12
+ * 8.7 -> 9.2-9.5, 15 8.1 -> 6.9-7.1; from 16 W8A8 runs on the tiles too. */
+#define DSR1_MM_FP8_AMX_MAX_N 12
 /* The same for BF16 weights (matmul_bf16amx_avx512.c, up to 16 tokens: one
  * tile's worth; from DSR1_MM_B16L_MIN_N the fast BF16 prefill kernels).
  * One token stays on the canonical GEMV, which reads at the memory's rate

@@ -491,19 +491,27 @@ static void call_setup(mm_call *c, dsr1_pool *p, const dsr1_wmat *w, const dsr1_
                        const float *x, int64_t ldx, float *y, int64_t ldy, int n, dsr1_act act,
                        dsr1_mm_kernel k, int alone)
 {
+    /* The kernel set first: AVX-512 where the pool found it (unless the
+     * caller asks for another), else AVX2 where the CPU has it. */
+    c->avx = k == DSR1_MM_PORTABLE || k == DSR1_MM_AVX2 ? 0 : p ? dsr1_pool_avx512(p) : dsr1_mm_avx512_usable();
+    c->avx2 = !c->avx && k != DSR1_MM_PORTABLE && dsr1_mm_avx2_usable();
+    /* FP8 GEMVs of a few tokens in the fast mode on AMX-BF16 tiles
+     * (matmul_fp8amx_avx512.c), before W8A8 would take them: the
+     * byte-table decode needs VBMI, the tiles whole 64-column steps */
+    const int fp8amx = c->avx && p && k != DSR1_MM_AVX512_NOAMX && k != DSR1_MM_AVX512_NOVBMI &&
+                       act == DSR1_ACT_INT8_FAST && w->type == DSR1_T_FP8_E4M3 &&
+                       n >= DSR1_MM_FP8_AMX_MIN_N && n <= DSR1_MM_FP8_AMX_MAX_N && w->cols % 64 == 0 &&
+                       w->group > 0 && w->group % 64 == 0 && w->scale_type == DSR1_T_F32 &&
+                       dsr1_pool_amx(p) && dsr1_mm_vbmi_usable();
     int rq;
-    const dsr1_act ea = effective_act(act, w, n, dsr1_mm_rq_min_n(p), &rq);
+    const dsr1_act ea = effective_act(act, w, n, fp8amx ? n + 1 : dsr1_mm_rq_min_n(p), &rq);
     dsr1_mm_job j = {.w = w, .n = n, .act = ea, .x = x, .ldx = ldx, .y = y, .ldy = ldy, .rq = rq,
-                     .rq_rows = DSR1_MM_RQ_ROWS};
+                     .rq_rows = DSR1_MM_RQ_ROWS, .fp8amx = fp8amx};
     j.ldxb = (w->cols + 31) & ~(int64_t)31;
     j.ldxq = (w->cols + 63) & ~(int64_t)63;
     j.ldxp = (w->cols + 127) & ~(int64_t)127;
     j.ldxg = j.ldxp / 32;
     j.ldg = (w->cols + DSR1_MM_XG - 1) / DSR1_MM_XG;
-    /* The kernel set first: AVX-512 where the pool found it (unless the
-     * caller asks for another), else AVX2 where the CPU has it. */
-    c->avx = k == DSR1_MM_PORTABLE || k == DSR1_MM_AVX2 ? 0 : p ? dsr1_pool_avx512(p) : dsr1_mm_avx512_usable();
-    c->avx2 = !c->avx && k != DSR1_MM_PORTABLE && dsr1_mm_avx2_usable();
     /* BF16 weights in the fast mode: rows in lanes, whose order is not
      * the canonical one (matmul_lanes_avx512.c; its panel is on the stack) */
     j.b16l = c->avx && act == DSR1_ACT_INT8_FAST && ea == DSR1_ACT_BF16 && w->type == DSR1_T_BF16 &&
@@ -519,13 +527,6 @@ static void call_setup(mm_call *c, dsr1_pool *p, const dsr1_wmat *w, const dsr1_
                                      (w->type == DSR1_T_INT4 && w->group == 128))) ||
                                    j.b16l); /* and BF16 in the fast mode (dsr1_mm_rows_bf16_amx) */
     if (amx_w8a8 && rq) j.rq_rows = DSR1_MM_RQ_ROWS * DSR1_MM_AMX_STRIPES;
-    /* FP8 GEMVs of 2 to 8 tokens in the fast mode on AMX-BF16 tiles
-     * (matmul_fp8amx_avx512.c): the byte-table decode needs VBMI, the
-     * tiles whole 64-column steps */
-    j.fp8amx = c->avx && p && k != DSR1_MM_AVX512_NOAMX && k != DSR1_MM_AVX512_NOVBMI &&
-               act == DSR1_ACT_INT8_FAST && ea == DSR1_ACT_BF16 && w->type == DSR1_T_FP8_E4M3 &&
-               n >= DSR1_MM_FP8_AMX_MIN_N && n <= DSR1_MM_FP8_GV && w->cols % 64 == 0 && w->group > 0 && w->group % 64 == 0 &&
-               w->scale_type == DSR1_T_F32 && dsr1_pool_amx(p) && dsr1_mm_vbmi_usable();
     /* BF16 GEMVs of 2 to 16 tokens in the fast mode on the tiles too
      * (matmul_bf16amx_avx512.c) */
     j.b16gv = c->avx && p && k != DSR1_MM_AVX512_NOAMX && act == DSR1_ACT_INT8_FAST &&

@@ -1,7 +1,8 @@
 /*
  * matmul_fp8amx_avx512.c - FP8 weights at DSR1_MM_FP8_AMX_MIN_N (2) to
- * DSR1_MM_FP8_GV (8) tokens - a batch's decode step, speculative
- * decoding's verify batches, the experts a few tokens share - in the fast
+ * DSR1_MM_FP8_AMX_MAX_N (12) tokens - a batch's decode step, speculative
+ * decoding's verify batches, the experts a few tokens share (in R1's
+ * 512-token prefill about half the active experts get fewer than 16) - in the fast
  * mode on AMX-BF16 tiles: dsr1_mm_rows_fp8_amx, chosen by matmul.c's
  * call_setup (j->fp8amx) where the pool has AMX and VBMI.
  *

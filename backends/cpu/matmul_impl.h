@@ -117,8 +117,8 @@ typedef struct dsr1_mm_job {
     int b16l;                /* BF16 weights in the fast mode, AVX-512: rows in lanes
                                 (dsr1_mm_rows_bf16_lanes_avx512), not the canonical
                                 order */
-    int fp8amx;              /* FP8 weights, DSR1_MM_FP8_AMX_MIN_N to DSR1_MM_FP8_GV
-                                tokens, the fast mode: the GEMV on AMX-BF16 tiles
+    int fp8amx;              /* FP8 weights, DSR1_MM_FP8_AMX_MIN_N to _MAX_N tokens,
+                                the fast mode: the GEMV on AMX-BF16 tiles
                                 (dsr1_mm_rows_fp8_amx) */
     const void *f8tab;       /* with fp8amx: the decode's byte tables, in scratch */
     int b16gv;               /* BF16 weights, DSR1_MM_B16_AMX_MIN_N to 16 tokens, the fast
@@ -299,7 +299,7 @@ void dsr1_mm_rows_int8g_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1);
  * stripes under 32 rows go to the lanes kernel. */
 void dsr1_mm_rows_bf16_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1);
 /* FP8 weights (scale blocks and columns multiples of 64) at
- * DSR1_MM_FP8_AMX_MIN_N to DSR1_MM_FP8_GV tokens in the fast mode (j->fp8amx): the codes decoded by byte
+ * DSR1_MM_FP8_AMX_MIN_N to _MAX_N tokens in the fast mode (j->fp8amx): the codes decoded by byte
  * tables (VBMI) into tiles, x' = bf16(x * block scale) of each row block
  * as the other operand (tdpbf16ps). Not the canonical order: within
  * float32 rounding of the exact dot of the bf16 operands, the same bits
