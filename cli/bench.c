@@ -299,8 +299,8 @@ static void kernel_line(dsr1_pool *pool, dsr1_dnnl *dn, const bench_mat *m, cons
 {
     double s = time_matmul(pool, dn, m, x, y, n, act, noamx, o->quick ? 0.05 : 0.4);
     /* FP8 in the fast mode: the GEMV on AMX tiles where the CPU has them
-     * (2 to 16 tokens, "bf16t"), else below W8A8's DSR1_MM_RQ_MIN_N the bf16
-     * line's kernel */
+     * (DSR1_MM_FP8_AMX_MIN_N to _MAX_N tokens, "bf16t"), else below W8A8's
+     * DSR1_MM_RQ_MIN_N the bf16 line's kernel */
     const int fp8_fast = act == DSR1_ACT_INT8_FAST && m->w.type == DSR1_T_FP8_E4M3;
     const int fp8_tiles = fp8_fast && dsr1_pool_amx(pool) && n >= DSR1_MM_FP8_AMX_MIN_N && n <= DSR1_MM_FP8_AMX_MAX_N;
     const int fp8_gemv = fp8_fast && (fp8_tiles || n < DSR1_MM_RQ_MIN_N);
@@ -374,10 +374,10 @@ static int bench_kernels(int argc, char **argv)
             for (int i = 0; i < o.n_ns; i++) kernel_line(pool, NULL, &m, x, y, o.ns[i], fast, &o, membw, peak, au);
             for (int i = 0; i < o.n_ns && amx && o.types[ti] == DSR1_T_INT8; i++)
                 if (o.ns[i] >= 32) kernel_line(pool, NULL, &m, x, y, o.ns[i], fast, &o, membw, peak, vnni);
-            /* FP8 in the fast mode: W8A8 from DSR1_MM_RQ_MIN_N tokens; below
-             * that, from DSR1_MM_FP8_AMX_MIN_N, the GEMV on AMX tiles where the
-             * CPU has them ("bf16t"), else the bf16 line's kernels (shown from
-             * 5 tokens) */
+            /* FP8 in the fast mode: the GEMV on AMX tiles where the CPU has
+             * them (DSR1_MM_FP8_AMX_MIN_N to _MAX_N tokens, "bf16t"), W8A8 from
+             * DSR1_MM_RQ_MIN_N tokens past those, else the bf16 line's kernels
+             * (shown from 5 tokens) */
             for (int i = 0; i < o.n_ns && o.types[ti] == DSR1_T_FP8_E4M3; i++)
                 if (o.ns[i] > 4 || (amx && o.ns[i] >= DSR1_MM_FP8_AMX_MIN_N))
                     kernel_line(pool, NULL, &m, x, y, o.ns[i], DSR1_ACT_INT8_FAST, &o, membw, peak, au);

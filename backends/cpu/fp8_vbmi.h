@@ -26,7 +26,8 @@
 #define VBMI static __attribute__((target("avx512vbmi")))
 #define VBMI_INLINE static inline __attribute__((always_inline, target("avx512vbmi")))
 
-/* Built per task from dsr1_mm_fp8_bf16 (128 scalar calls): no global state. */
+/* Built from dsr1_mm_fp8_bf16 (128 scalar calls) per task, or once a call
+ * for the tile GEMV (matmul_prep.c): no global state. */
 typedef struct fp8_btab {
     _Alignas(64) uint8_t lo[128];
     _Alignas(64) uint8_t hi[128];
