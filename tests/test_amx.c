@@ -14,7 +14,7 @@
  * 32); pools of 1 and 3 threads; every 11th INT8 and INT4 token alone
  * equals itself in the batch; the tiles ran (the pool's count) wherever a
  * task holds 32 rows and the call 16 tokens. FP8 GEMVs of the fast mode
- * and BF16 on the tiles (2 to 16 tokens) are held to a
+ * and BF16 on the tiles (2 to 12 and 2 to 16 tokens) are held to a
  * rounding bound, as BF16 from 25.
  * On a CPU without AMX every test skips and says so: there is nothing to
  * compare.
@@ -67,9 +67,6 @@ static void amx_matches(dsr1_test_ctx *t, dsr1_type type, int variant, dsr1_act 
             float *amx = malloc(yb), *vnni = malloc(yb), *port = malloc(yb), *one = malloc((size_t)rows * 4);
             for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
                 int n = ns[ni];
-                /* FP8 of up to 16 tokens takes the fast mode's GEMV on the tiles
-                 * (amx_fp8_gemv_fast_within_rounding), not W8A8 */
-                if (type == DSR1_T_FP8_E4M3 && act == DSR1_ACT_INT8_FAST && n <= DSR1_MM_FP8_AMX_MAX_N) continue;
                 size_t bytes = (size_t)n * (size_t)rows * 4;
                 memset(amx, 0xff, yb); /* NaN: an output AMX forgot stays visible */
                 const uint64_t runs = dsr1_pool_amx_runs(pool);
@@ -135,12 +132,9 @@ DSR1_TEST(amx_int4_w4a8_matches_lanes_and_portable)
  * call (a tail of 1 on a short tile against a full tile). */
 static double bf16_of(float v) { return dsr1_bf16_to_f32(dsr1_mm_to_bf16(v)); }
 
-/* BF16 weights, or FP8: the e4m3 value times bf16(x * the block scale)
- * (the canonical x'), or on the tiles (`tiles`) bf16(x) times the e4m3
- * value, each block's sum times its scale (the bound then also allows a
- * rounding per block). How many outputs lie outside that bound. */
-static int dots_within(const tmat *m, const float *x, int64_t ldx, const float *y, int n, int tiles,
-                       const char **what)
+/* BF16 weights, or FP8 (the e4m3 value, x' = bf16(x * the block scale)):
+ * how many outputs lie outside that bound. */
+static int dots_within(const tmat *m, const float *x, int64_t ldx, const float *y, int n, const char **what)
 {
     const int64_t rows = m->w.rows, cols = m->w.cols, ng = (cols + 127) / 128;
     const int fp8 = m->w.type == DSR1_T_FP8_E4M3;
@@ -151,16 +145,15 @@ static int dots_within(const tmat *m, const float *x, int64_t ldx, const float *
             double dot = 0, mag = 0;
             for (int64_t c = 0; c < cols; c++) {
                 const float xv = x[tok * ldx + c];
-                const double s = fp8 ? sc[(r / 128) * ng + c / 128] : 1.0;
                 double p = fp8 ? (double)dsr1_bf16_to_f32(dsr1_mm_fp8_bf16(((const uint8_t *)m->data)[r * cols + c])) *
-                                     (tiles ? bf16_of(xv) * s : bf16_of(xv * (float)s))
+                                     bf16_of(xv * sc[(r / 128) * ng + c / 128])
                                : (double)dsr1_bf16_to_f32(((const uint16_t *)m->data)[r * cols + c]) * bf16_of(xv);
                 dot += p;
                 mag += p < 0 ? -p : p;
             }
             double err = y[(int64_t)tok * rows + r] - dot;
             if (err < 0) err = -err;
-            if (!(err <= (double)(cols / 2 + 1 + (fp8 && tiles ? 2 * ng : 0)) * 0x1p-24 * mag + 1e-30)) bad++;
+            if (!(err <= (double)(cols / 2 + 1) * 0x1p-24 * mag + 1e-30)) bad++;
         }
     *what = bad ? "outside float32 rounding of the exact dot" : "";
     return bad;
@@ -195,7 +188,7 @@ DSR1_TEST(amx_bf16_fast_within_rounding)
             CHECKF(dsr1_pool_amx_runs(p1) > runs, "bf16 %lldx%lld n=%d: the tiles never ran", (long long)rows,
                    (long long)cols, n);
             dsr1_matmul(p3, &m.w, x, ldx, a3, rows, n, DSR1_ACT_INT8_FAST);
-            int bad = dots_within(&m, x, ldx, a1, n, 1, &what);
+            int bad = dots_within(&m, x, ldx, a1, n, &what);
             CHECKF(!bad, "bf16 %lldx%lld n=%d: %d AMX outputs %s", (long long)rows, (long long)cols, n, bad, what);
             CHECKF(!memcmp(a1, a3, bytes), "bf16 %lldx%lld n=%d: 1 and 3 threads differ", (long long)rows,
                    (long long)cols, n);
@@ -264,8 +257,7 @@ DSR1_TEST(amx_gate_up_both_halves_on_tiles)
  * (dsr1_mm_rows_bf16_gv_amx, 2 to 16): like BF16 above, no other kernel's
  * bits, so each output within float32 rounding of the exact dot of the
  * bf16 operands (for FP8 the e4m3 values, subnormals included: the test
- * matrices use every code but NaN, times bf16(x), each 128-column block's
- * sum times its scale)
+ * matrices use every code but NaN, and x' = bf16(x * the block's scale))
  * and one computation: the same bits with 1 and 3 threads and for the
  * first tokens of the longest call on the tiles. One token, and columns
  * the tiles do not take (FP8: not a multiple of 64), stay on the canonical
@@ -297,13 +289,11 @@ static void gemv_on_tiles(dsr1_test_ctx *t, dsr1_type type, const int64_t (*shap
             memset(a1, 0xff, yb); /* NaN: an output the tiles forgot stays visible */
             const uint64_t runs = dsr1_pool_amx_runs(p1);
             dsr1_matmul(p1, &m.w, x, ldx, a1, rows, n, DSR1_ACT_INT8_FAST);
-            /* past the GEMV's most, FP8 is W8A8, on the tiles too from 16
-             * tokens (amx_fp8_w8a8_matches_vnni_and_portable holds it) */
-            CHECKF((fp8 && n > max_n) || (dsr1_pool_amx_runs(p1) > runs) == tiles, "%s %lldx%lld n=%d: the tiles %s",
-                   m.what, (long long)rows, (long long)cols, n, tiles ? "never ran" : "ran");
-            if (n > max_n) break;
+            CHECKF((dsr1_pool_amx_runs(p1) > runs) == tiles, "%s %lldx%lld n=%d: the tiles %s", m.what,
+                   (long long)rows, (long long)cols, n, tiles ? "never ran" : "ran");
+            if (n > max_n) break; /* past the tiles: W8A8 for FP8, held elsewhere */
             dsr1_matmul(p3, &m.w, x, ldx, a3, rows, n, DSR1_ACT_INT8_FAST);
-            int bad = dots_within(&m, x, ldx, a1, n, tiles, &what);
+            int bad = dots_within(&m, x, ldx, a1, n, &what);
             CHECKF(!bad, "%s %lldx%lld n=%d: %d outputs %s", m.what, (long long)rows, (long long)cols, n, bad, what);
             CHECKF(!memcmp(a1, a3, bytes), "%s %lldx%lld n=%d: 1 and 3 threads differ", m.what, (long long)rows,
                    (long long)cols, n);
@@ -330,8 +320,8 @@ static void gemv_on_tiles(dsr1_test_ctx *t, dsr1_type type, const int64_t (*shap
 /* FP8 shapes: one 16-row group; a partial 64-column scale block (192
  * columns); two row blocks, the second of one group (144 rows); a last
  * group of 8 rows (200); R1's expert width; 96 columns (off the tiles). A
- * mutation that stored B's pairs in column order, or scaled every block's
- * sum by the first block's scale, fails it. */
+ * mutation that dropped the x' of the second row block, or stored B's
+ * pairs in column order, fails it. */
 DSR1_TEST(amx_fp8_gemv_fast_within_rounding)
 {
     const char *why = no_amx();

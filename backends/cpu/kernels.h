@@ -124,13 +124,13 @@ void dsr1_touch(void *mem, size_t bytes);
  * of 2048x7168 and 7168x2048 matrices, 2 threads, medians: 2 tokens 18.1
  * -> 21.1 GB/s, 8 tokens 4.8 -> 14.6). */
 #define DSR1_MM_FP8_AMX_MIN_N 2
-/* ... and its most (B holds 16 tokens): from DSR1_MM_RQ_MIN_N to here it
- * runs where W8A8 would, and faster, since one decode of the codes serves
- * every token. In one process, 1 GB of 2048x7168 and 7168x2048 FP8
- * matrices, 2 threads, Emerald Rapids, medians of 7 passes, W8A8 -> tiles:
- * 13 tokens 8.0 / 8.3 -> 12.4 / 12.8 GB/s, 16 (W8A8 on the tiles too) 7.8
- * / 8.4 -> 13.3 / 13.4. */
-#define DSR1_MM_FP8_AMX_MAX_N 16
+/* ... and its most: from DSR1_MM_RQ_MIN_N to here it runs where W8A8 would
+ * (one decode of the codes serves every token, but x' is remade per
+ * 128-row block for every token, which grows with n). In one process, 1
+ * GB of 2048x7168 and 7168x2048 FP8 matrices, 2 threads, Emerald Rapids,
+ * medians of 5 passes, W8A8 -> tiles: 9 tokens 8.5 -> 13.1-13.6 GB/s, 12
+ * 8.7 -> 9.2-9.5, 15 8.1 -> 6.9-7.1; from 16 W8A8 runs on the tiles too. */
+#define DSR1_MM_FP8_AMX_MAX_N 12
 /* The same for BF16 weights (matmul_bf16amx_avx512.c, up to 16 tokens: one
  * tile's worth; from DSR1_MM_B16L_MIN_N the fast BF16 prefill kernels).
  * One token stays on the canonical GEMV, which reads at the memory's rate

@@ -538,8 +538,8 @@ static void call_setup(mm_call *c, dsr1_pool *p, const dsr1_wmat *w, const dsr1_
      * the AVX2 kernel's x' is float32, 4 tokens at a time. */
     if (j.act == DSR1_ACT_BF16 && w->type == DSR1_T_FP8_E4M3 && c->avx2)
         j.task_bytes = (size_t)(n < 4 ? n : 4) * (size_t)j.ldxb * sizeof(float);
-    else if (j.fp8amx) /* its x and tables are the call's (dsr1_mm_prep) */
-        j.task_bytes = 0;
+    else if (j.fp8amx) /* x' of a row block; the tables are the call's (dsr1_mm_prep) */
+        j.task_bytes = dsr1_mm_fp8_amx_task_bytes(n, w->cols);
     else if (j.act == DSR1_ACT_BF16 && w->type == DSR1_T_FP8_E4M3)
         j.task_bytes = n <= DSR1_MM_FP8_GV ? (size_t)n * (size_t)j.ldxb * 2
                               : (size_t)(n < DSR1_MM_FP8_TB ? n : DSR1_MM_FP8_TB) * DSR1_MM_FP8_LDP * 2 +

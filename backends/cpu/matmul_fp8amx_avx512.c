@@ -1,16 +1,16 @@
 /*
  * matmul_fp8amx_avx512.c - FP8 weights at DSR1_MM_FP8_AMX_MIN_N (2) to
- * DSR1_MM_FP8_AMX_MAX_N (16) tokens - a batch's decode step, speculative
+ * DSR1_MM_FP8_AMX_MAX_N (12) tokens - a batch's decode step, speculative
  * decoding's verify batches, the experts a few tokens share (in R1's
- * 512-token prefill about half the active experts get fewer than 16) - in
- * the fast mode on AMX-BF16 tiles: dsr1_mm_rows_fp8_amx, chosen by
- * matmul.c's call_setup (j->fp8amx) where the pool has AMX and VBMI.
+ * 512-token prefill about half the active experts get fewer than 16) - in the fast
+ * mode on AMX-BF16 tiles: dsr1_mm_rows_fp8_amx, chosen by matmul.c's
+ * call_setup (j->fp8amx) where the pool has AMX and VBMI.
  *
  * Why. The canonical FP8 GEMV (matmul_avx512.c, fp8_gemv) decodes 64
  * codes to bf16 with five shuffles and then spends two vdpbf16ps a token
  * on them; on Sapphire/Emerald Rapids every 512-bit shuffle runs on port
  * 5 and vdpbf16ps takes ports 0 and 5 too (a /tmp microbenchmark: one
- * vpermi2b every ~2.3 cycles, one vdpbf16ps a cycle), so one core decodes
+ * vpermi2b every ~2.2 cycles, one vdpbf16ps a cycle), so one core decodes
  * and multiplies about 15 GB/s of codes from L2 at one token, and its work
  * grows with every token (8 tokens: 4.8 GB/s from DRAM on two cores).
  * Here the tile unit does the multiplies for all tokens at once and the
@@ -22,32 +22,25 @@
  *
  * Layout. A tile multiply C += A B with A = 16 weight rows x 32 bf16
  * (decoded into a 2 KiB buffer, then loaded as a tile), B = 16 column
- * pairs x n tokens and C = 16 rows x n tokens. B is bf16(x), made once a
- * call (matmul_prep.c) in the layout the tiles read: [64-column
+ * pairs x n tokens and C = 16 rows x n tokens. B is x' = bf16(x * the
+ * block scale), as the canonical GEMV prepares it, made once per 128-row
+ * scale block straight into the layout the tiles read: [64-column
  * step][half][pair][token], 4 bytes each. The decode leaves a row's words
- * in its unpacks' order (fp8x64_words_lanes: no vpermb), and B's pairs are
- * stored in that same order, so words and x still meet column by column.
- * Tokens go to their places in B by vpscatterdd (a network of dword
- * permutes, tokens padded to a power of two, was no faster).
+ * in its unpacks' order (fp8x64_words_lanes: no vpermb), and B's pairs
+ * are stored in that same order, so words and x' still meet column by
+ * column. With the scale in x', one C tile sums a row group's whole dot;
+ * storing C and scaling it block by block instead (x made once a call)
+ * cost about a quarter of the bare loop's speed (22 -> 17 GB/s).
+ * Tokens go to their places in B by vpscatterdd; a network of dword
+ * permutes instead (tokens padded to a power of two) was no faster (in
+ * one process, 8 tokens: 11.3 and 10.7 GB/s against the scatters' 12.1
+ * and 12.1).
  *
- * Scales. Each 128 x 128 block's sums leave C (a tile store) and are
- * added to float accumulators times the block's scale, as DeepSeek's own
- * FP8 GEMM scales each block's partial sum. The first version folded the
- * scale into x instead (x' = bf16(x * scale), the canonical GEMV's), which
- * needs no store of C but remakes x' per 128-row block for every token;
- * alternated in one process (1 GB of 2048x7168 and 7168x2048 matrices, 2
- * threads, medians), x' per block -> x once a call: 2 tokens 22.9 / 19.8
- * -> 24.1 / 21.5 GB/s, 8 tokens 16.1 / 15.7 -> 18.8 / 18.9, 12 tokens
- * 10.0 / 9.2 -> 15.2 / 12.2. (In a bare /tmp loop at one token the stores
- * of C had cost a quarter; here two C tiles alternate and each block's
- * sum is added a block later, when its store is done.)
- *
- * Order. The tile unit sums each row's pairs in its own order and x is
- * rounded to bf16 before its scale, so this is the fast mode's only (the
- * deterministic mode keeps fp8_gemv): results within float32 rounding of
- * the exact block sums of the bf16 operands. Each token's column of C
- * sees the same operations whatever n is, so a token's result does not
- * depend on the tokens beside it or on the thread count.
+ * Order. The tile unit sums each row's pairs in its own order, so this is
+ * the fast mode's only (the deterministic mode keeps fp8_gemv): results
+ * within float32 rounding of the exact dot of the bf16 operands. Each token's column of C sees the
+ * same operations whatever n is, so a token's result does not depend on
+ * the tokens beside it or on the thread count.
  */
 #include "amx_tiles.h"
 #include "matmul_impl.h"
@@ -57,7 +50,7 @@
 
 #include "fp8_vbmi.h"
 
-/* The call's scratch: the byte tables, then B (dsr1_mm_fp8_amx_fill). */
+/* The call's scratch: the byte tables (made once a call). */
 size_t dsr1_mm_fp8_amx_prep_bytes(void)
 {
     return (sizeof(fp8_btab) + 63) & ~(size_t)63;
@@ -68,28 +61,41 @@ void dsr1_mm_fp8_amx_prep(void *mem)
     fp8_btab_init(mem);
 }
 
-/* B for tokens [t0, t1) of n, bf16(x) as dsr1_mm_to_bf16 rounds: step s,
- * half h, pair row k holds pair 8 (k / 4) + 4 h + k % 4 of the step's 32
- * (columns 16q + 8h + 2(k % 4) and the next, q = k / 4: the words
- * fp8x64_words_lanes puts at k's place in *w0 (h = 0) or *w1), tokens
- * side by side. Made once a call (matmul_prep.c), before the tasks. */
-void dsr1_mm_fp8_amx_fill(const float *x, int64_t ldx, int t0, int t1, int n, int64_t cols, uint32_t *b)
+/* A task's scratch: B of one row block, [cols/64][2][16][n] pairs. */
+size_t dsr1_mm_fp8_amx_task_bytes(int n, int64_t cols)
 {
+    return (size_t)n * (size_t)cols * 2;
+}
+
+/* B of the row block of row r: step s, half h, pair row k holds pair
+ * 8 (k / 4) + 4 h + k % 4 of the step's 32 (columns 16q + 8h + 2(k % 4)
+ * and the next, q = k / 4: the words fp8x64_words_lanes puts at k's place
+ * in *w0 (h = 0) or *w1), tokens side by side; bf16(x * scale) rounded as
+ * the canonical x' (dsr1_mm_fp8_prep_x). */
+static void fp8amx_b(const dsr1_mm_job *j, int64_t r, uint32_t *b)
+{
+    const dsr1_wmat *w = j->w;
+    const int64_t g = w->group, cols = w->cols, ng = (cols + g - 1) / g;
+    const float *sc = (const float *)w->scale + (r / g) * ng;
+    const int n = j->n;
     const __m512i i0 = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
     const __m512i i1 = _mm512_add_epi32(i0, _mm512_set1_epi32(4));
     const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                             _mm512_set1_epi32(n));
-    for (int t = t0; t < t1; t++) {
-        const float *xt = x + (int64_t)t * ldx;
+    for (int t = 0; t < n; t++) {
+        const float *x = j->x + (int64_t)t * j->ldx;
         for (int64_t s = 0; s < cols / 64; s++) {
-            const float *q = xt + 64 * s;
-            __m512i lo = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(q + 16), _mm512_loadu_ps(q));
-            __m512i hi = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(q + 48), _mm512_loadu_ps(q + 32));
+            const float *q = x + 64 * s;
+            const __m512 f = _mm512_set1_ps(sc[64 * s / g]); /* g is a multiple of 64 */
+            __m512i lo = (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_loadu_ps(q + 16), f),
+                                                      _mm512_mul_ps(_mm512_loadu_ps(q), f));
+            __m512i hi = (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_loadu_ps(q + 48), f),
+                                                      _mm512_mul_ps(_mm512_loadu_ps(q + 32), f));
             __m512i b0 = _mm512_permutex2var_epi32(lo, i0, hi), b1 = _mm512_permutex2var_epi32(lo, i1, hi);
             uint32_t *bs = b + s * 2 * 16 * n;
             if (n == 1) {
-                _mm512_storeu_si512(bs, b0);
-                _mm512_storeu_si512(bs + 16, b1);
+                _mm512_store_si512(bs, b0);
+                _mm512_store_si512(bs + 16, b1);
             } else {
                 _mm512_i32scatter_epi32(bs + t, rows, b0, 4);
                 _mm512_i32scatter_epi32(bs + 16 * n + t, rows, b1, 4);
@@ -127,84 +133,54 @@ __attribute__((target("avx512vbmi"))) static inline void fp8amx_decode(const uin
     }
 }
 
-/* acc[16 n] += scale * part[16 n] ([row][token] both). */
-static inline void fp8amx_add(float *acc, const float *part, float scale, int n)
-{
-    const __m512 s = _mm512_set1_ps(scale);
-    for (int v = 0; v < n; v++)
-        _mm512_store_ps(acc + 16 * v, _mm512_fmadd_ps(_mm512_load_ps(part + 16 * v), s, _mm512_load_ps(acc + 16 * v)));
-}
-
 /* Rows w[0 .. m) (m <= 16, stride cols bytes, one row block) times B:
- * acc[i * n + k] the dot of row i and token k, each scale block's sum
- * stored from C and added to acc times the block's scale. Software-
- * pipelined by one step: the tiles load step s - 1 after step s is
- * decoded, so a decode's stores are in L1 before a tile load reads them.
- * The blocks alternate C tiles 0 and 5, and each block's sum is added one
- * block later, when its tile store is done. */
-__attribute__((target("avx512vbmi"))) static void fp8amx_rows(const uint8_t *w, int m, int64_t cols, int64_t g,
-                                                               const float *sc, const uint32_t *b, int n,
-                                                               fp8_bregs t, fp8amx_buf *buf, float *acc)
+ * out[i * n + k] the dot of row i and token k. Software-pipelined by one
+ * step: the tiles load step s - 1 after step s is decoded, so a decode's
+ * stores are in L1 before a tile load reads them. */
+__attribute__((target("avx512vbmi"))) static void fp8amx_rows(const uint8_t *w, int m, int64_t cols,
+                                                               const uint32_t *b, int n, fp8_bregs t,
+                                                               fp8amx_buf *buf, float *out)
 {
     const long ldb = 4L * n;
-    const int64_t steps = cols / 64, spb = g / 64;
-    _Alignas(64) float part[2][16 * 16];
-    int64_t pending = -1;
-    for (int v = 0; v < n; v++) _mm512_store_ps(acc + 16 * v, _mm512_setzero_ps());
+    const int64_t steps = cols / 64;
     T_ZERO(0);
-    T_ZERO(5);
     for (int64_t s = 0; s <= steps; s++) {
         if (s < steps) fp8amx_decode(w, m, cols, s, t, buf);
         if (s == 0) continue;
-        const int64_t p = s - 1, blk = p / spb;
-        const uint32_t *bs = b + p * 2 * 16 * n;
-        T_LOAD(1, buf->a[p & 1][0], 64);
-        T_LOAD(2, buf->a[p & 1][1], 64);
+        const uint32_t *bs = b + (s - 1) * 2 * 16 * n;
+        T_LOAD(1, buf->a[(s - 1) & 1][0], 64);
+        T_LOAD(2, buf->a[(s - 1) & 1][1], 64);
         T_LOAD(3, bs, ldb);
         T_LOAD(4, bs + 16 * n, ldb);
-        if (blk & 1) {
-            T_DPBF(5, 1, 3);
-            T_DPBF(5, 2, 4);
-        } else {
-            T_DPBF(0, 1, 3);
-            T_DPBF(0, 2, 4);
-        }
-        if (p % spb != spb - 1 && p != steps - 1) continue;
-        if (pending >= 0) fp8amx_add(acc, part[pending & 1], sc[pending], n);
-        if (blk & 1) {
-            T_STORE(5, part[1], ldb);
-            T_ZERO(5);
-        } else {
-            T_STORE(0, part[0], ldb);
-            T_ZERO(0);
-        }
-        pending = blk;
+        T_DPBF(0, 1, 3);
+        T_DPBF(0, 2, 4);
     }
-    fp8amx_add(acc, part[pending & 1], sc[pending], n);
+    T_STORE(0, out, ldb);
 }
 
 __attribute__((target("avx512vbmi"))) void dsr1_mm_rows_fp8_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1)
 {
     const dsr1_wmat *w = j->w;
-    const int64_t g = w->group, cols = w->cols, ng = (cols + g - 1) / g;
+    const int64_t g = w->group, cols = w->cols;
     const int n = j->n;
     const fp8_bregs t = fp8_bregs_load((const fp8_btab *)j->f8tab);
+    uint32_t *b = j->task_mem;
     fp8amx_buf buf;
-    _Alignas(64) float acc[16 * 16];
+    _Alignas(64) float out[16 * 16];
     int zeroed = 0;
     amx_cfg_gemv(n, 16); /* rows past m: the zeros of buf, never read out */
     for (int64_t r = r0; r < r1; r += 16) {
         /* a 16-row group stays in one row block: g and r0 are multiples of 16 */
+        if (r == r0 || r % g == 0) fp8amx_b(j, r, b);
         const int m = r1 - r < 16 ? (int)(r1 - r) : 16;
         if (m < 16 && !zeroed) { /* rows past m are never read out: zeroed once so
                                     that the tiles load no uninitialised memory */
             memset(&buf, 0, sizeof buf);
             zeroed = 1;
         }
-        fp8amx_rows((const uint8_t *)w->data + r * cols, m, cols, g, (const float *)w->scale + (r / g) * ng,
-                    j->f8b, n, t, &buf, acc);
+        fp8amx_rows((const uint8_t *)w->data + r * cols, m, cols, b, n, t, &buf, out);
         for (int i = 0; i < m; i++)
-            for (int k = 0; k < n; k++) j->y[k * j->ldy + r + i] = acc[i * n + k];
+            for (int k = 0; k < n; k++) j->y[k * j->ldy + r + i] = out[i * n + k];
     }
     T_RELEASE();
     if (r1 > r0 && j->amx_runs) __atomic_fetch_add(j->amx_runs, 1, __ATOMIC_RELAXED);

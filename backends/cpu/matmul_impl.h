@@ -121,7 +121,6 @@ typedef struct dsr1_mm_job {
                                 the fast mode: the GEMV on AMX-BF16 tiles
                                 (dsr1_mm_rows_fp8_amx) */
     const void *f8tab;       /* with fp8amx: the decode's byte tables, in scratch */
-    const uint32_t *f8b;     /* with fp8amx: bf16(x) as the tiles read it, in scratch */
     int b16gv;               /* BF16 weights, DSR1_MM_B16_AMX_MIN_N to 16 tokens, the fast
                                 mode: the GEMV on AMX-BF16 tiles (dsr1_mm_rows_bf16_gv_amx) */
     const uint32_t *b16b;    /* with b16gv: bf16(x) as [cols / 2][n] pairs, in scratch */
@@ -300,14 +299,13 @@ void dsr1_mm_rows_int8g_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1);
  * stripes under 32 rows go to the lanes kernel. */
 void dsr1_mm_rows_bf16_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1);
 /* FP8 weights (scale blocks and columns multiples of 64) at
- * DSR1_MM_FP8_AMX_MIN_N to _MAX_N tokens in the fast mode (j->fp8amx): the
- * codes decoded by byte tables (VBMI) into tiles, bf16(x) the other
- * operand (tdpbf16ps), each scale block's sums scaled as they are added.
- * Not the canonical order: within float32 rounding of the exact block
- * sums of the bf16 operands, the same bits for a token whatever n and the
- * thread count (matmul_fp8amx_avx512.c). The call's scratch (prep_bytes,
- * then n x cols x 2 bytes) holds the tables (dsr1_mm_fp8_amx_prep), then
- * bf16(x) as the tiles read it (dsr1_mm_fp8_amx_fill, tokens [t0, t1) of n). */
+ * DSR1_MM_FP8_AMX_MIN_N to _MAX_N tokens in the fast mode (j->fp8amx): the codes decoded by byte
+ * tables (VBMI) into tiles, x' = bf16(x * block scale) of each row block
+ * as the other operand (tdpbf16ps). Not the canonical order: within
+ * float32 rounding of the exact dot of the bf16 operands, the same bits
+ * for a token whatever n and the thread count (matmul_fp8amx_avx512.c).
+ * The call's scratch (prep_bytes) holds the tables (dsr1_mm_fp8_amx_prep),
+ * a task's (task_bytes) its row block's x'. */
 void dsr1_mm_rows_fp8_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1);
 /* BF16 weights (columns a multiple of 32) at DSR1_MM_B16_AMX_MIN_N to 16
  * tokens in the fast mode (j->b16gv): the weight rows loaded as tiles as
@@ -317,7 +315,7 @@ void dsr1_mm_rows_fp8_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1);
 void dsr1_mm_rows_bf16_gv_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1);
 size_t dsr1_mm_fp8_amx_prep_bytes(void);
 void dsr1_mm_fp8_amx_prep(void *mem);
-void dsr1_mm_fp8_amx_fill(const float *x, int64_t ldx, int t0, int t1, int n, int64_t cols, uint32_t *b);
+size_t dsr1_mm_fp8_amx_task_bytes(int n, int64_t cols);
 /* x' of FP8 in BF16 mode (matmul_avx512.c): xp[b][k] = bf16(x[t0 + b][c0 + k]
  * * the block scale of row r at column c0 + k), k < len, zero up to the next
  * multiple of 32; len <= DSR1_MM_KC_BF16, xp 64-byte aligned, ldp a
