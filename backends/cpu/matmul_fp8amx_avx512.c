@@ -2,15 +2,15 @@
  * matmul_fp8amx_avx512.c - FP8 weights at DSR1_MM_FP8_AMX_MIN_N (2) to
  * DSR1_MM_FP8_AMX_MAX_N (12) tokens - a batch's decode step, speculative
  * decoding's verify batches, the experts a few tokens share (in R1's
- * 512-token prefill about half the active experts get fewer than 16) - in the fast
- * mode on AMX-BF16 tiles: dsr1_mm_rows_fp8_amx, chosen by matmul.c's
- * call_setup (j->fp8amx) where the pool has AMX and VBMI.
+ * 512-token prefill about half the active experts get fewer than 16) -
+ * in the fast mode on AMX-BF16 tiles: dsr1_mm_rows_fp8_amx, chosen by
+ * matmul.c's call_setup (j->fp8amx) where the pool has AMX and VBMI.
  *
  * Why. The canonical FP8 GEMV (matmul_avx512.c, fp8_gemv) decodes 64
  * codes to bf16 with five shuffles and then spends two vdpbf16ps a token
  * on them; on Sapphire/Emerald Rapids every 512-bit shuffle runs on port
  * 5 and vdpbf16ps takes ports 0 and 5 too (a /tmp microbenchmark: one
- * vpermi2b every ~2.2 cycles, one vdpbf16ps a cycle), so one core decodes
+ * vpermi2b every ~2.2-2.4 cycles, one vdpbf16ps a cycle), so one core decodes
  * and multiplies about 15 GB/s of codes from L2 at one token, and its work
  * grows with every token (8 tokens: 4.8 GB/s from DRAM on two cores).
  * Here the tile unit does the multiplies for all tokens at once and the
