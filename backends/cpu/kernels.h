@@ -125,12 +125,14 @@ void dsr1_touch(void *mem, size_t bytes);
  * -> 21.1 GB/s, 8 tokens 4.8 -> 14.6). */
 #define DSR1_MM_FP8_AMX_MIN_N 2
 /* ... and its most: from DSR1_MM_RQ_MIN_N to here it runs where W8A8 would
- * (one decode of the codes serves every token, but x' is remade per
- * 128-row block for every token, which grows with n). In one process, 1
- * GB of 2048x7168 and 7168x2048 FP8 matrices, 2 threads, Emerald Rapids,
- * medians of 5 passes, W8A8 -> tiles: 9 tokens 8.5 -> 13.1-13.6 GB/s, 12
- * 8.7 -> 9.2-9.5, 15 8.1 -> 6.9-7.1; from 16 W8A8 runs on the tiles too. */
-#define DSR1_MM_FP8_AMX_MAX_N 12
+ * (one decode of the codes serves every token; x' is remade per 128-row
+ * block from x laid out once a call in the tiles' order). One tile holds
+ * 16 tokens. In one process, 1 GB of 2048x7168 and 7168x2048 FP8
+ * matrices, 2 threads, Emerald Rapids, medians of 7 passes, x' made from
+ * x's rows per block (the first version) / from the layout / W8A8: 8
+ * tokens 14.8 / 17.6 / 5.7 GB/s, 12 9.0 / 14.3 / 8.3, 16 8.1 / 14.1 /
+ * 7.7; from 17 W8A8 runs (on the tiles too). */
+#define DSR1_MM_FP8_AMX_MAX_N 16
 /* The same for BF16 weights (matmul_bf16amx_avx512.c, up to 16 tokens: one
  * tile's worth; from DSR1_MM_B16L_MIN_N the fast BF16 prefill kernels).
  * One token stays on the canonical GEMV, which reads at the memory's rate

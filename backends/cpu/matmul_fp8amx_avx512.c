@@ -1,6 +1,6 @@
 /*
  * matmul_fp8amx_avx512.c - FP8 weights at DSR1_MM_FP8_AMX_MIN_N (2) to
- * DSR1_MM_FP8_AMX_MAX_N (12) tokens - a batch's decode step, speculative
+ * DSR1_MM_FP8_AMX_MAX_N (16) tokens - a batch's decode step, speculative
  * decoding's verify batches, the experts a few tokens share (in R1's
  * 512-token prefill about half the active experts get fewer than 16) -
  * in the fast mode on AMX-BF16 tiles: dsr1_mm_rows_fp8_amx, chosen by
@@ -24,17 +24,23 @@
  * (decoded into a 2 KiB buffer, then loaded as a tile), B = 16 column
  * pairs x n tokens and C = 16 rows x n tokens. B is x' = bf16(x * the
  * block scale), as the canonical GEMV prepares it, made once per 128-row
- * scale block straight into the layout the tiles read: [64-column
- * step][half][pair][token], 4 bytes each. The decode leaves a row's words
- * in its unpacks' order (fp8x64_words_lanes: no vpermb), and B's pairs
- * are stored in that same order, so words and x' still meet column by
- * column. With the scale in x', one C tile sums a row group's whole dot;
- * storing C and scaling it block by block instead (x made once a call)
- * cost about a quarter of the bare loop's speed (22 -> 17 GB/s).
- * Tokens go to their places in B by vpscatterdd; a network of dword
- * permutes instead (tokens padded to a power of two) was no faster (in
- * one process, 8 tokens: 11.3 and 10.7 GB/s against the scatters' 12.1
- * and 12.1).
+ * scale block in the layout the tiles read: [64-column step][half][pair]
+ * [token], 4 bytes each. The decode leaves a row's words in its unpacks'
+ * order (fp8x64_words_lanes: no vpermb), and B's pairs are stored in that
+ * same order, so words and x' still meet column by column. With the scale
+ * in x', one C tile sums a row group's whole dot; storing C and scaling it
+ * block by block instead (x made once a call) cost about a quarter of the
+ * bare loop's speed (22 -> 17 GB/s). x itself is put in B's order once a
+ * call, still float32 (dsr1_mm_fp8_amx_fill), so a row block's x' is one
+ * pass of multiplies and roundings over it (fp8amx_b). Made from x's rows
+ * per row block instead, with each token's pairs put in place by
+ * vpscatterdd, x' took ~45% of the kernel's samples at 12 tokens, and the
+ * tiles fell behind W8A8 past 12 (kernels.h, DSR1_MM_FP8_AMX_MAX_N).
+ * Tried and not kept: two row groups sharing each B load (32 rows a step,
+ * all eight tiles: slower at 2, 8 and 16 tokens, 19.8 / 17.4 / 10.2 ->
+ * 17.7 / 13.0 / 8.4 GB/s, the harness of kernels.h's figures) and two C
+ * tiles taking the halves (no change: 18.5 / 17.5 / 10.9 against 19.5 /
+ * 18.2 / 10.4).
  *
  * Order. The tile unit sums each row's pairs in its own order, so this is
  * the fast mode's only (the deterministic mode keeps fp8_gemv): results
@@ -50,15 +56,21 @@
 
 #include "fp8_vbmi.h"
 
-/* The call's scratch: the byte tables (made once a call). */
-size_t dsr1_mm_fp8_amx_prep_bytes(void)
+/* The call's scratch: the byte tables, then x in B's order (below). */
+static size_t tab_bytes(void)
 {
     return (sizeof(fp8_btab) + 63) & ~(size_t)63;
 }
 
-void dsr1_mm_fp8_amx_prep(void *mem)
+size_t dsr1_mm_fp8_amx_prep_bytes(int n, int64_t cols)
+{
+    return tab_bytes() + (size_t)n * (size_t)cols * sizeof(float);
+}
+
+const float *dsr1_mm_fp8_amx_prep(void *mem)
 {
     fp8_btab_init(mem);
+    return (const float *)((char *)mem + tab_bytes());
 }
 
 /* A task's scratch: B of one row block, [cols/64][2][16][n] pairs. */
@@ -67,40 +79,54 @@ size_t dsr1_mm_fp8_amx_task_bytes(int n, int64_t cols)
     return (size_t)n * (size_t)cols * 2;
 }
 
-/* B of the row block of row r: step s, half h, pair row k holds pair
+/* B's order. Step s (columns 64s ..), half h, pair row k holds pair
  * 8 (k / 4) + 4 h + k % 4 of the step's 32 (columns 16q + 8h + 2(k % 4)
  * and the next, q = k / 4: the words fp8x64_words_lanes puts at k's place
- * in *w0 (h = 0) or *w1), tokens side by side; bf16(x * scale) rounded as
- * the canonical x' (dsr1_mm_fp8_prep_x). */
+ * in *w0 (h = 0) or *w1), the n tokens side by side. Tokens [t0, t1) of x
+ * go there once a call, still float32 (j->f8x: pair (s, h, k, t) at
+ * ((2s + h) 16 + k) n + t, two floats each), so that each row block's B
+ * is a plain pass of multiplies and roundings (fp8amx_b). Before, B was
+ * made from x's rows for every row block, each token's pairs put in place
+ * by two vpscatterdd per step: a perf profile at 12 tokens put ~45% of
+ * the kernel's samples there. Here the scatters (of pairs) run once a
+ * call, not once per 128 rows. */
+void dsr1_mm_fp8_amx_fill(const dsr1_mm_job *j, int t0, int t1)
+{
+    const int64_t n = j->n, steps = j->w->cols / 64;
+    double *xp = (double *)j->f8x; /* a pair of floats: 8 bytes, moved as one */
+    const __m512i idx = _mm512_mullo_epi64(_mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7), _mm512_set1_epi64(n));
+    /* a step's tokens one after another: its 64 n pairs stay in L1 while
+     * every token's go in (token by token, each line took 8 visits from L2) */
+    for (int64_t s = 0; s < steps; s++)
+        for (int t = t0; t < t1; t++) {
+            const float *x = j->x + (int64_t)t * j->ldx + 64 * s;
+            const __m512d v0 = _mm512_castps_pd(_mm512_loadu_ps(x)), v1 = _mm512_castps_pd(_mm512_loadu_ps(x + 16)),
+                          v2 = _mm512_castps_pd(_mm512_loadu_ps(x + 32)), v3 = _mm512_castps_pd(_mm512_loadu_ps(x + 48));
+            double *d = xp + 2 * s * 16 * n + t;
+            /* half 0: pairs 0-3 and 8-11 (rows k 0-7), 16-19 and 24-27 (k
+             * 8-15), the low 256 bits of each 8-pair vector; half 1 the high */
+            _mm512_i64scatter_pd(d, idx, _mm512_shuffle_f64x2(v0, v1, 0x44), 8);
+            _mm512_i64scatter_pd(d + 8 * n, idx, _mm512_shuffle_f64x2(v2, v3, 0x44), 8);
+            _mm512_i64scatter_pd(d + 16 * n, idx, _mm512_shuffle_f64x2(v0, v1, 0xee), 8);
+            _mm512_i64scatter_pd(d + 24 * n, idx, _mm512_shuffle_f64x2(v2, v3, 0xee), 8);
+        }
+}
+
+/* B of the row block of row r: x' = bf16(x * scale), rounded as the
+ * canonical x' (dsr1_mm_fp8_prep_x), from j->f8x in B's order: a step's
+ * 32 n pairs share one scale (g is a multiple of 64). */
 static void fp8amx_b(const dsr1_mm_job *j, int64_t r, uint32_t *b)
 {
     const dsr1_wmat *w = j->w;
-    const int64_t g = w->group, cols = w->cols, ng = (cols + g - 1) / g;
+    const int64_t g = w->group, cols = w->cols, ng = (cols + g - 1) / g, per = 64 * (int64_t)j->n;
     const float *sc = (const float *)w->scale + (r / g) * ng;
-    const int n = j->n;
-    const __m512i i0 = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
-    const __m512i i1 = _mm512_add_epi32(i0, _mm512_set1_epi32(4));
-    const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                            _mm512_set1_epi32(n));
-    for (int t = 0; t < n; t++) {
-        const float *x = j->x + (int64_t)t * j->ldx;
-        for (int64_t s = 0; s < cols / 64; s++) {
-            const float *q = x + 64 * s;
-            const __m512 f = _mm512_set1_ps(sc[64 * s / g]); /* g is a multiple of 64 */
-            __m512i lo = (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_loadu_ps(q + 16), f),
-                                                      _mm512_mul_ps(_mm512_loadu_ps(q), f));
-            __m512i hi = (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_loadu_ps(q + 48), f),
-                                                      _mm512_mul_ps(_mm512_loadu_ps(q + 32), f));
-            __m512i b0 = _mm512_permutex2var_epi32(lo, i0, hi), b1 = _mm512_permutex2var_epi32(lo, i1, hi);
-            uint32_t *bs = b + s * 2 * 16 * n;
-            if (n == 1) {
-                _mm512_store_si512(bs, b0);
-                _mm512_store_si512(bs + 16, b1);
-            } else {
-                _mm512_i32scatter_epi32(bs + t, rows, b0, 4);
-                _mm512_i32scatter_epi32(bs + 16 * n + t, rows, b1, 4);
-            }
-        }
+    for (int64_t s = 0; s < cols / 64; s++) {
+        const __m512 f = _mm512_set1_ps(sc[64 * s / g]);
+        const float *q = j->f8x + s * per;
+        uint32_t *bs = b + s * per / 2;
+        for (int64_t i = 0; i < per; i += 32)
+            _mm512_store_si512(bs + i / 2, (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_load_ps(q + i + 16), f),
+                                                                        _mm512_mul_ps(_mm512_load_ps(q + i), f)));
     }
 }
 

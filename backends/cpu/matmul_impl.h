@@ -121,6 +121,7 @@ typedef struct dsr1_mm_job {
                                 the fast mode: the GEMV on AMX-BF16 tiles
                                 (dsr1_mm_rows_fp8_amx) */
     const void *f8tab;       /* with fp8amx: the decode's byte tables, in scratch */
+    const float *f8x;        /* with fp8amx: x in the tiles' order, float32 (dsr1_mm_fp8_amx_fill) */
     int b16gv;               /* BF16 weights, DSR1_MM_B16_AMX_MIN_N to 16 tokens, the fast
                                 mode: the GEMV on AMX-BF16 tiles (dsr1_mm_rows_bf16_gv_amx) */
     const uint32_t *b16b;    /* with b16gv: bf16(x) as [cols / 2][n] pairs, in scratch */
@@ -304,8 +305,9 @@ void dsr1_mm_rows_bf16_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1);
  * as the other operand (tdpbf16ps). Not the canonical order: within
  * float32 rounding of the exact dot of the bf16 operands, the same bits
  * for a token whatever n and the thread count (matmul_fp8amx_avx512.c).
- * The call's scratch (prep_bytes) holds the tables (dsr1_mm_fp8_amx_prep),
- * a task's (task_bytes) its row block's x'. */
+ * The call's scratch (prep_bytes) holds the tables (dsr1_mm_fp8_amx_prep)
+ * and x in the tiles' order (dsr1_mm_fp8_amx_fill, fill_rows), a task's
+ * (task_bytes) its row block's x'. */
 void dsr1_mm_rows_fp8_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1);
 /* BF16 weights (columns a multiple of 32) at DSR1_MM_B16_AMX_MIN_N to 16
  * tokens in the fast mode (j->b16gv): the weight rows loaded as tiles as
@@ -313,8 +315,9 @@ void dsr1_mm_rows_fp8_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1);
  * exact dot, the same bits for a token whatever n and the thread count
  * (matmul_bf16amx_avx512.c). */
 void dsr1_mm_rows_bf16_gv_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1);
-size_t dsr1_mm_fp8_amx_prep_bytes(void);
-void dsr1_mm_fp8_amx_prep(void *mem);
+size_t dsr1_mm_fp8_amx_prep_bytes(int n, int64_t cols);
+const float *dsr1_mm_fp8_amx_prep(void *mem);
+void dsr1_mm_fp8_amx_fill(const dsr1_mm_job *j, int t0, int t1);
 size_t dsr1_mm_fp8_amx_task_bytes(int n, int64_t cols);
 /* x' of FP8 in BF16 mode (matmul_avx512.c): xp[b][k] = bf16(x[t0 + b][c0 + k]
  * * the block scale of row r at column c0 + k), k < len, zero up to the next

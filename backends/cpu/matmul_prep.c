@@ -75,7 +75,7 @@ static size_t xt_bytes(const dsr1_mm_job *j)
 
 size_t dsr1_mm_prep_bytes(const dsr1_mm_job *j, int avx)
 {
-    if (j->fp8amx) return dsr1_mm_fp8_amx_prep_bytes();
+    if (j->fp8amx) return dsr1_mm_fp8_amx_prep_bytes(j->n, j->w->cols);
     if (j->act == DSR1_ACT_BF16 && j->w->type == DSR1_T_FP8_E4M3) return 0; /* x' per task */
     if (j->act == DSR1_ACT_BF16) /* bf16(x), and for the tiles its token interleave */
         return (size_t)j->n * (size_t)j->ldxb * 2 * (j->b16gv ? 2 : 1);
@@ -97,6 +97,10 @@ static void fill_rows(const dsr1_mm_job *j, int t0, int t1, int avx, int avx2)
     const int64_t cols = j->w->cols;
     const float *x = j->x + t0 * j->ldx;
     const int n = t1 - t0;
+    if (j->fp8amx) {
+        dsr1_mm_fp8_amx_fill(j, t0, t1);
+        return;
+    }
     if (j->act == DSR1_ACT_BF16) {
         uint16_t *xb = (uint16_t *)j->xb + t0 * j->ldxb;
         if (avx) {
@@ -172,10 +176,10 @@ static void fill_rows(const dsr1_mm_job *j, int t0, int t1, int avx, int avx2)
 int dsr1_mm_prep(dsr1_mm_job *j, void *mem, int avx, int avx2)
 {
     char *m = mem;
-    if (j->fp8amx) { /* the AMX FP8 GEMV's tables (x' is per task: matmul_fp8amx_avx512.c) */
-        dsr1_mm_fp8_amx_prep(mem);
+    if (j->fp8amx) { /* the AMX FP8 GEMV's tables and x in its order (x' is per task) */
+        j->f8x = dsr1_mm_fp8_amx_prep(mem);
         j->f8tab = mem;
-        return 0;
+        return 1;
     }
     if (j->act == DSR1_ACT_BF16 && j->w->type == DSR1_T_FP8_E4M3) return 0; /* x' per task */
     if (j->act == DSR1_ACT_BF16) {
