@@ -82,7 +82,7 @@ size_t dsr1_mm_fp8_amx_task_bytes(int n, int64_t cols)
 /* B's order. Step s (columns 64s ..), half h, pair row k holds pair
  * 8 (k / 4) + 4 h + k % 4 of the step's 32 (columns 16q + 8h + 2(k % 4)
  * and the next, q = k / 4: the words fp8x64_words_lanes puts at k's place
- * in *w0 (h = 0) or *w1), the n tokens side by side. Tokens [t0, t1) of x
+ * in *w0 (h = 0) or *w1), the n tokens side by side. x's columns
  * go there once a call, still float32 (j->f8x: pair (s, h, k, t) at
  * ((2s + h) 16 + k) n + t, two floats each), so that each row block's B
  * is a plain pass of multiplies and roundings (fp8amx_b). Before, B was
@@ -90,15 +90,15 @@ size_t dsr1_mm_fp8_amx_task_bytes(int n, int64_t cols)
  * by two vpscatterdd per step: a perf profile at 12 tokens put ~45% of
  * the kernel's samples there. Here the scatters (of pairs) run once a
  * call, not once per 128 rows. */
-void dsr1_mm_fp8_amx_fill(const dsr1_mm_job *j, int t0, int t1)
+void dsr1_mm_fp8_amx_fill(const dsr1_mm_job *j, int64_t s0, int64_t s1)
 {
-    const int64_t n = j->n, steps = j->w->cols / 64;
+    const int64_t n = j->n;
     double *xp = (double *)j->f8x; /* a pair of floats: 8 bytes, moved as one */
     const __m512i idx = _mm512_mullo_epi64(_mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7), _mm512_set1_epi64(n));
     /* a step's tokens one after another: its 64 n pairs stay in L1 while
      * every token's go in (token by token, each line took 8 visits from L2) */
-    for (int64_t s = 0; s < steps; s++)
-        for (int t = t0; t < t1; t++) {
+    for (int64_t s = s0; s < s1; s++)
+        for (int t = 0; t < n; t++) {
             const float *x = j->x + (int64_t)t * j->ldx + 64 * s;
             const __m512d v0 = _mm512_castps_pd(_mm512_loadu_ps(x)), v1 = _mm512_castps_pd(_mm512_loadu_ps(x + 16)),
                           v2 = _mm512_castps_pd(_mm512_loadu_ps(x + 32)), v3 = _mm512_castps_pd(_mm512_loadu_ps(x + 48));

@@ -317,7 +317,7 @@ void dsr1_mm_rows_fp8_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1);
 void dsr1_mm_rows_bf16_gv_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1);
 size_t dsr1_mm_fp8_amx_prep_bytes(int n, int64_t cols);
 const float *dsr1_mm_fp8_amx_prep(void *mem);
-void dsr1_mm_fp8_amx_fill(const dsr1_mm_job *j, int t0, int t1);
+void dsr1_mm_fp8_amx_fill(const dsr1_mm_job *j, int64_t s0, int64_t s1);
 size_t dsr1_mm_fp8_amx_task_bytes(int n, int64_t cols);
 /* x' of FP8 in BF16 mode (matmul_avx512.c): xp[b][k] = bf16(x[t0 + b][c0 + k]
  * * the block scale of row r at column c0 + k), k < len, zero up to the next

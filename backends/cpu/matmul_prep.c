@@ -97,10 +97,6 @@ static void fill_rows(const dsr1_mm_job *j, int t0, int t1, int avx, int avx2)
     const int64_t cols = j->w->cols;
     const float *x = j->x + t0 * j->ldx;
     const int n = t1 - t0;
-    if (j->fp8amx) {
-        dsr1_mm_fp8_amx_fill(j, t0, t1);
-        return;
-    }
     if (j->act == DSR1_ACT_BF16) {
         uint16_t *xb = (uint16_t *)j->xb + t0 * j->ldxb;
         if (avx) {
@@ -233,6 +229,11 @@ static void fill_task_run(void *ctx, int task, int ntasks)
 {
     (void)ntasks;
     const fill_task *f = ctx;
+    if (f->j->fp8amx) { /* 64-column steps of every token (dsr1_mm_fp8_amx_fill) */
+        const int64_t steps = f->j->w->cols / 64, s0 = (int64_t)task * f->per;
+        if (s0 < steps) dsr1_mm_fp8_amx_fill(f->j, s0, s0 + f->per < steps ? s0 + f->per : steps);
+        return;
+    }
     int t0 = task * f->per, t1 = t0 + f->per < f->j->n ? t0 + f->per : f->j->n;
     if (t0 < t1) fill_rows(f->j, t0, t1, f->avx, f->avx2);
 }
@@ -245,7 +246,14 @@ void dsr1_mm_fill_all(dsr1_pool *p, const dsr1_mm_job *j, int avx, int avx2)
 {
     int nth = p ? dsr1_pool_size(p) : 1;
     if (nth < 2 || (int64_t)j->n * j->w->cols < (1 << 16)) {
-        fill_rows(j, 0, j->n, avx, avx2);
+        if (j->fp8amx) dsr1_mm_fp8_amx_fill(j, 0, j->w->cols / 64);
+        else fill_rows(j, 0, j->n, avx, avx2);
+        return;
+    }
+    if (j->fp8amx) { /* by steps: the tokens of a step share cache lines */
+        const int steps = (int)(j->w->cols / 64), per = (steps + nth - 1) / nth;
+        fill_task f = {j, per, avx, avx2};
+        dsr1_pool_run(p, fill_task_run, &f, (steps + per - 1) / per);
         return;
     }
     int per = (j->n + nth - 1) / nth;
