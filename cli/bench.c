@@ -377,7 +377,7 @@ static int bench_kernels(int argc, char **argv)
             /* FP8 in the fast mode: the GEMV on AMX tiles where the CPU has
              * them (DSR1_MM_FP8_AMX_MIN_N to _MAX_N tokens, "bf16t"), W8A8 from
              * DSR1_MM_RQ_MIN_N tokens past those, else the bf16 line's kernels
-             * (shown from 5 tokens) */
+             * (shown from 5 tokens; with AMX from DSR1_MM_FP8_AMX_MIN_N) */
             for (int i = 0; i < o.n_ns && o.types[ti] == DSR1_T_FP8_E4M3; i++)
                 if (o.ns[i] > 4 || (amx && o.ns[i] >= DSR1_MM_FP8_AMX_MIN_N))
                     kernel_line(pool, NULL, &m, x, y, o.ns[i], DSR1_ACT_INT8_FAST, &o, membw, peak, au);

@@ -15,7 +15,7 @@
  * 32); pools of 1 and 3 threads; every 11th INT8 and INT4 token alone
  * equals itself in the batch; the tiles ran (the pool's count) wherever a
  * task holds 32 rows and the call 16 tokens. FP8 GEMVs of the fast mode
- * and BF16 on the tiles (2 to 16 tokens) are held to a
+ * and BF16 on the tiles (1 and 2 to 16 tokens) are held to a
  * rounding bound, as BF16 from 25.
  * On a CPU without AMX every test skips and says so: there is nothing to
  * compare.
@@ -262,10 +262,12 @@ DSR1_TEST(amx_gate_up_both_halves_on_tiles)
  * bf16 operands (for FP8 the e4m3 values, subnormals included: the test
  * matrices use every code but NaN, and x' = bf16(x * the block's scale))
  * and one computation: the same bits with 1 and 3 threads and for the
- * first tokens of the longest call on the tiles. One token, and columns
- * the tiles do not take (FP8: not a multiple of 64), stay on the canonical
- * kernel: the fast mode's bits equal the deterministic mode's there; one
- * token more than their most leaves the tiles. */
+ * first tokens of the longest call on the tiles (for FP8 one token too:
+ * a decode step and a verify batch give a token the same bits). Counts
+ * under their fewest (BF16: one token) and columns the tiles do not take
+ * (FP8: not a multiple of 64) stay on the canonical kernel: the fast
+ * mode's bits equal the deterministic mode's there; one token more than
+ * their most leaves the tiles. */
 static void gemv_on_tiles(dsr1_test_ctx *t, dsr1_type type, const int64_t (*shapes)[2], int nshapes, int max_n,
                           uint64_t seed)
 {
@@ -307,7 +309,7 @@ static void gemv_on_tiles(dsr1_test_ctx *t, dsr1_type type, const int64_t (*shap
             CHECKF(!bad, "%s %lldx%lld n=%d: %d outputs %s", m.what, (long long)rows, (long long)cols, n, bad, what);
             CHECKF(!memcmp(a1, a3, bytes), "%s %lldx%lld n=%d: 1 and 3 threads differ", m.what, (long long)rows,
                    (long long)cols, n);
-            CHECKF((!tiles && wide) || !memcmp(a1, full, bytes), /* one token: canonical */
+            CHECKF((!tiles && wide) || !memcmp(a1, full, bytes), /* under the fewest: canonical */
                    "%s %lldx%lld n=%d: differs from the same tokens of n=%d", m.what, (long long)rows,
                    (long long)cols, n, max_n);
             if (!tiles) {

@@ -113,17 +113,20 @@ void dsr1_touch(void *mem, size_t bytes);
  * count (dsr1 eval on tiny-r1: README, FP8 prefill as W8A8). */
 #define DSR1_MM_RQ_MIN_N 9
 /* Fewest tokens of the fast mode's FP8 GEMV on AMX-BF16 tiles
- * (matmul_fp8amx_avx512.c; its most below). At one token the tile kernel
- * decodes ~1.4x as fast from L2, but a decode step's FP8 GEMVs read from
- * DRAM and there the canonical GEMV kept up: in the model (R1-shape FP8
- * file, `bench --prompt 1 --gen 64`, 2 threads, Emerald Rapids, the two
- * alternated call by call in one process, each shape's time weighted by
- * its calls) the tiles took 1.057x and 1.072x the canonical GEMVs' time in
- * two runs, every large shape 1.01-1.17x. From two tokens the canonical
- * GEMV's work grows with n far faster than the tiles' (/tmp harness, 1 GB
- * of 2048x7168 and 7168x2048 matrices, 2 threads, medians: 2 tokens 18.1
- * -> 21.1 GB/s, 8 tokens 4.8 -> 14.6). */
-#define DSR1_MM_FP8_AMX_MIN_N 2
+ * (matmul_fp8amx_avx512.c; its most below): one, so a decode step takes
+ * them too. In the model (R1-shape FP8 file, `bench --prompt 1 --gen 64`,
+ * 2 threads, Emerald Rapids, every one-token FP8 matmul alternated call
+ * by call between the canonical GEMV and the tiles in one process, each
+ * shape's time weighted by its calls) the tiles took 0.929, 0.954, 0.959,
+ * 0.987 and 0.920 of the canonical GEMVs' time in five runs (large shapes
+ * 0.80-1.01; MLA's per-head 128x512 1.06-1.07). Their first version (x'
+ * made from x's rows per row block) had taken 1.057 and 1.072. From two
+ * tokens the canonical GEMV's work grows with n far faster than the
+ * tiles' (/tmp harness, 1 GB of 2048x7168 and 7168x2048 matrices, 2
+ * threads, medians: 2 tokens 18.1 -> 21.1 GB/s, 8 tokens 4.8 -> 14.6).
+ * One token on the tiles also gives a speculative verify batch the same
+ * bits as a plain step: a token's result does not depend on n there. */
+#define DSR1_MM_FP8_AMX_MIN_N 1
 /* ... and its most: from DSR1_MM_RQ_MIN_N to here it runs where W8A8 would
  * (one decode of the codes serves every token; x' is remade per 128-row
  * block from x laid out once a call in the tiles' order). One tile holds
@@ -137,7 +140,10 @@ void dsr1_touch(void *mem, size_t bytes);
  * tile's worth; from DSR1_MM_B16L_MIN_N the fast BF16 prefill kernels).
  * One token stays on the canonical GEMV, which reads at the memory's rate
  * already (`bench kernels --type bf16`, 18432x7168, 2 threads, Emerald
- * Rapids: 95% of `membw`). */
+ * Rapids: 95% of `membw`); in the model (R1-shape BF16 file, `bench
+ * --prompt 1 --gen 48`, every one-token BF16 matmul alternated call by
+ * call between the two in one process) the tiles took 1.028, 1.003 and
+ * 1.014 of its time in three runs. */
 #define DSR1_MM_B16_AMX_MIN_N 2
 /* On a CPU with AVX2 and no AVX-512 the float FP8 kernel is slower for its
  * width and the table requantisation cheaper for its vpshufb tree
