@@ -15,7 +15,7 @@
  * 32); pools of 1 and 3 threads; every 11th INT8 and INT4 token alone
  * equals itself in the batch; the tiles ran (the pool's count) wherever a
  * task holds 32 rows and the call 16 tokens. FP8 GEMVs of the fast mode
- * and BF16 on the tiles (1 and 2 to 16 tokens) are held to a
+ * (1 to 32 tokens) and BF16 on the tiles (2 to 16) are held to a
  * rounding bound, as BF16 from 25.
  * On a CPU without AMX every test skips and says so: there is nothing to
  * compare.
@@ -252,6 +252,7 @@ DSR1_TEST(amx_gate_up_both_halves_on_tiles)
     gate_up_on_tiles(t, DSR1_T_INT4, 2, DSR1_ACT_INT8, 77);
     gate_up_on_tiles(t, DSR1_T_BF16, 0, DSR1_ACT_INT8_FAST, 77);
     gate_up_on_tiles(t, DSR1_T_FP8_E4M3, 0, DSR1_ACT_INT8_FAST, 3); /* the few-token GEMVs on tiles */
+    gate_up_on_tiles(t, DSR1_T_FP8_E4M3, 0, DSR1_ACT_INT8_FAST, 20); /* past 16: the second C tile */
     gate_up_on_tiles(t, DSR1_T_BF16, 0, DSR1_ACT_INT8_FAST, 5);
 }
 
@@ -272,7 +273,8 @@ static void gemv_on_tiles(dsr1_test_ctx *t, dsr1_type type, const int64_t (*shap
                           uint64_t seed)
 {
     /* up to max_n (the tiles' most, which full is), then one more (off them) */
-    static const int ns[] = {1, 2, 3, 5, 8, 12, 13, 16, 17};
+    static const int ns[] = {1, 2, 3, 5, 8, 12, 13, 16, 17, 20, 31, 32, 33};
+    const int nns = (int)(sizeof ns / sizeof *ns);
     const int fp8 = type == DSR1_T_FP8_E4M3, min_n = fp8 ? DSR1_MM_FP8_AMX_MIN_N : DSR1_MM_B16_AMX_MIN_N;
     dsr1_pool *p1 = NULL, *p3 = NULL;
     dsr1_error err = {0};
@@ -287,7 +289,7 @@ static void gemv_on_tiles(dsr1_test_ctx *t, dsr1_type type, const int64_t (*shap
         size_t yb = (size_t)(max_n + 1) * (size_t)rows * 4;
         float *a1 = malloc(yb), *a3 = malloc(yb), *full = malloc(yb), *canon = malloc(yb);
         dsr1_matmul(p3, &m.w, x, ldx, full, rows, max_n, DSR1_ACT_INT8_FAST);
-        for (int ni = 0; ni < 9 && ns[ni] <= max_n + 1; ni++) {
+        for (int ni = 0; ni < nns && ns[ni] <= max_n + 1; ni++) {
             const int n = ns[ni], tiles = wide && n >= min_n && n <= max_n;
             size_t bytes = (size_t)n * (size_t)rows * 4;
             const char *what = "";

@@ -27,15 +27,19 @@ static const amx_cfg amx_16x64 = {
 
 /* The few-token GEMVs' tiles (matmul_fp8amx_avx512.c,
  * matmul_bf16amx_avx512.c): C 0 (m rows x n tokens), A 1 and 2 (m weight
- * rows x 32 bf16), B 3 and 4 (16 column pairs x n tokens). Built on the
- * stack and given to ldtilecfg as the asm's memory operand, which orders
- * the stores before it (matmul_amx_avx512.c says why not otherwise). */
+ * rows x 32 bf16), B 3 and 4 (16 column pairs x n tokens); past 16
+ * tokens (the FP8 kernel's) C 0 and B 3, 4 take the first 16 and C 5, B
+ * 6, 7 the rest. Built on the stack and given to ldtilecfg as the asm's
+ * memory operand, which orders the stores before it
+ * (matmul_amx_avx512.c says why not otherwise). */
 static inline void amx_cfg_gemv(int n, int m)
 {
     _Alignas(64) amx_cfg c = {.palette = 1};
-    const uint16_t colsb[5] = {(uint16_t)(4 * n), 64, 64, (uint16_t)(4 * n), (uint16_t)(4 * n)};
-    const uint8_t rows[5] = {(uint8_t)m, (uint8_t)m, (uint8_t)m, 16, 16};
-    for (int i = 0; i < 5; i++) {
+    const int n0 = n < 16 ? n : 16, n1 = n - n0;
+    const uint16_t colsb[8] = {(uint16_t)(4 * n0), 64, 64, (uint16_t)(4 * n0), (uint16_t)(4 * n0),
+                               (uint16_t)(4 * n1), (uint16_t)(4 * n1), (uint16_t)(4 * n1)};
+    const uint8_t rows[8] = {(uint8_t)m, (uint8_t)m, (uint8_t)m, 16, 16, (uint8_t)m, 16, 16};
+    for (int i = 0; i < (n1 ? 8 : 5); i++) {
         c.rows[i] = rows[i];
         c.colsb[i] = colsb[i];
     }

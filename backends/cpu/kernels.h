@@ -129,13 +129,18 @@ void dsr1_touch(void *mem, size_t bytes);
 #define DSR1_MM_FP8_AMX_MIN_N 1
 /* ... and its most: from DSR1_MM_RQ_MIN_N to here it runs where W8A8 would
  * (one decode of the codes serves every token; x' is remade per 128-row
- * block from x laid out once a call in the tiles' order). One tile holds
- * 16 tokens. In one process, 1 GB of 2048x7168 and 7168x2048 FP8
- * matrices, 2 threads, Emerald Rapids, medians of 7 passes, x' made from
- * x's rows per block (the first version) / from the layout / W8A8: 8
- * tokens 14.8 / 17.6 / 5.7 GB/s, 12 9.0 / 14.3 / 8.3, 16 8.1 / 14.1 /
- * 7.7; from 17 W8A8 runs (on the tiles too). */
-#define DSR1_MM_FP8_AMX_MAX_N 16
+ * block from x laid out once a call in the tiles' order; past 16 tokens
+ * a second C tile takes the rest). In one process, 1 GB of 2048x7168 and
+ * 7168x2048 FP8 matrices, 2 threads, Emerald Rapids, medians of 7 passes,
+ * x' made from x's rows per block (the first version) / from the layout /
+ * W8A8: 8 tokens 14.8 / 17.6 / 5.7 GB/s, 12 9.0 / 14.3 / 8.3, 16 8.1 /
+ * 14.1 / 7.7; tiles / W8A8: 17 13.6 / 9.0, 20 10.0-10.9 / 7.2, 24 8.6-9.0
+ * / 6.9, 28 6.1-6.4 / 6.0, 32 8.3 / 7.6. In the model (R1-shape FP8 file,
+ * prefills of 96 to 256 tokens, every FP8 call of 17 to 32 tokens
+ * alternated between the two in one process) the tiles took 0.948, 0.856
+ * and 0.850 of W8A8's time in three runs. From 33 W8A8 runs (on the
+ * tiles too). */
+#define DSR1_MM_FP8_AMX_MAX_N 32
 /* The same for BF16 weights (matmul_bf16amx_avx512.c, up to 16 tokens: one
  * tile's worth; from DSR1_MM_B16L_MIN_N the fast BF16 prefill kernels).
  * One token stays on the canonical GEMV, which reads at the memory's rate

@@ -1,8 +1,9 @@
 /*
  * matmul_fp8amx_avx512.c - FP8 weights at DSR1_MM_FP8_AMX_MIN_N (1) to
- * DSR1_MM_FP8_AMX_MAX_N (16) tokens - a decode step, a batch's, speculative
- * decoding's verify batches, the experts a few tokens share (in R1's
- * 512-token prefill about half the active experts get fewer than 16) -
+ * DSR1_MM_FP8_AMX_MAX_N (32) tokens - a decode step, a batch's, speculative
+ * decoding's verify batches, the experts a few tokens share (R1's 256
+ * experts, 8 a token, get 16 tokens each on average from a 512-token
+ * prefill chunk) -
  * in the fast mode on AMX-BF16 tiles: dsr1_mm_rows_fp8_amx, chosen by
  * matmul.c's call_setup (j->fp8amx) where the pool has AMX and VBMI.
  *
@@ -23,7 +24,8 @@
  *
  * Layout. A tile multiply C += A B with A = 16 weight rows x 32 bf16
  * (decoded into a 2 KiB buffer, then loaded as a tile), B = 16 column
- * pairs x n tokens and C = 16 rows x n tokens. B is x' = bf16(x * the
+ * pairs x n tokens and C = 16 rows x n tokens (past 16 tokens a second
+ * B and C pair takes the rest: amx_cfg_gemv). B is x' = bf16(x * the
  * block scale), as the canonical GEMV prepares it, made once per 128-row
  * scale block in the layout the tiles read: [64-column step][half][pair]
  * [token], 4 bytes each. The decode leaves a row's words in its unpacks'
@@ -45,8 +47,8 @@
  *
  * Order. The tile unit sums each row's pairs in its own order, so this is
  * the fast mode's only (the deterministic mode keeps fp8_gemv): results
- * within float32 rounding of the exact dot of the bf16 operands. Each token's column of C sees the
- * same operations whatever n is, so a token's result does not depend on
+ * within float32 rounding of the exact dot of the bf16 operands. Each
+ * token's column of C sees the same operations whatever n is, so a token's result does not depend on
  * the tokens beside it or on the thread count.
  */
 #include "amx_tiles.h"
@@ -163,14 +165,17 @@ __attribute__((target("avx512vbmi"))) static inline void fp8amx_decode(const uin
 /* Rows w[0 .. m) (m <= 16, stride cols bytes, one row block) times B:
  * out[i * n + k] the dot of row i and token k. Software-pipelined by one
  * step: the tiles load step s - 1 after step s is decoded, so a decode's
- * stores are in L1 before a tile load reads them. */
-__attribute__((target("avx512vbmi"))) static void fp8amx_rows(const uint8_t *w, int m, int64_t cols,
-                                                               const uint32_t *b, int n, fp8_bregs t,
-                                                               fp8amx_buf *buf, float *out)
+ * stores are in L1 before a tile load reads them. wide: n > 16, tokens 16
+ * and on in C 5 against B 6 and 7 (amx_cfg_gemv), the same operations for
+ * each token as in C 0. */
+__attribute__((target("avx512vbmi"))) static inline __attribute__((always_inline)) void
+fp8amx_rows_at(const int wide, const uint8_t *w, int m, int64_t cols, const uint32_t *b, int n, fp8_bregs t,
+               fp8amx_buf *buf, float *out)
 {
     const long ldb = 4L * n;
     const int64_t steps = cols / 64;
     T_ZERO(0);
+    if (wide) T_ZERO(5);
     for (int64_t s = 0; s <= steps; s++) {
         if (s < steps) fp8amx_decode(w, m, cols, s, t, buf);
         if (s == 0) continue;
@@ -181,8 +186,23 @@ __attribute__((target("avx512vbmi"))) static void fp8amx_rows(const uint8_t *w, 
         T_LOAD(4, bs + 16 * n, ldb);
         T_DPBF(0, 1, 3);
         T_DPBF(0, 2, 4);
+        if (wide) {
+            T_LOAD(6, bs + 16, ldb);
+            T_LOAD(7, bs + 16 * n + 16, ldb);
+            T_DPBF(5, 1, 6);
+            T_DPBF(5, 2, 7);
+        }
     }
     T_STORE(0, out, ldb);
+    if (wide) T_STORE(5, out + 16, ldb);
+}
+
+__attribute__((target("avx512vbmi"))) static void fp8amx_rows(const uint8_t *w, int m, int64_t cols,
+                                                               const uint32_t *b, int n, fp8_bregs t,
+                                                               fp8amx_buf *buf, float *out)
+{
+    if (n > 16) fp8amx_rows_at(1, w, m, cols, b, n, t, buf, out);
+    else fp8amx_rows_at(0, w, m, cols, b, n, t, buf, out);
 }
 
 __attribute__((target("avx512vbmi"))) void dsr1_mm_rows_fp8_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1)
@@ -193,7 +213,7 @@ __attribute__((target("avx512vbmi"))) void dsr1_mm_rows_fp8_amx(const dsr1_mm_jo
     const fp8_bregs t = fp8_bregs_load((const fp8_btab *)j->f8tab);
     uint32_t *b = j->task_mem;
     fp8amx_buf buf;
-    _Alignas(64) float out[16 * 16];
+    _Alignas(64) float out[16 * DSR1_MM_FP8_AMX_MAX_N];
     int zeroed = 0;
     amx_cfg_gemv(n, 16); /* rows past m: the zeros of buf, never read out */
     for (int64_t r = r0; r < r1; r += 16) {
