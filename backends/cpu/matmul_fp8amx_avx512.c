@@ -48,8 +48,9 @@
  * Order. The tile unit sums each row's pairs in its own order, so this is
  * the fast mode's only (the deterministic mode keeps fp8_gemv): results
  * within float32 rounding of the exact dot of the bf16 operands. Each
- * token's column of C sees the same operations whatever n is, so a token's result does not depend on
- * the tokens beside it or on the thread count.
+ * token's column of C sees the same operations whatever n is, so a
+ * token's result does not depend on the tokens beside it or on the thread
+ * count.
  */
 #include "amx_tiles.h"
 #include "matmul_impl.h"
@@ -103,8 +104,10 @@ void dsr1_mm_fp8_amx_fill(const dsr1_mm_job *j, int64_t s0, int64_t s1)
     for (int64_t s = s0; s < s1; s++)
         for (int t = 0; t < n; t++) {
             const float *x = j->x + (int64_t)t * j->ldx + 64 * s;
-            const __m512d v0 = _mm512_castps_pd(_mm512_loadu_ps(x)), v1 = _mm512_castps_pd(_mm512_loadu_ps(x + 16)),
-                          v2 = _mm512_castps_pd(_mm512_loadu_ps(x + 32)), v3 = _mm512_castps_pd(_mm512_loadu_ps(x + 48));
+            const __m512d v0 = _mm512_castps_pd(_mm512_loadu_ps(x)),
+                          v1 = _mm512_castps_pd(_mm512_loadu_ps(x + 16)),
+                          v2 = _mm512_castps_pd(_mm512_loadu_ps(x + 32)),
+                          v3 = _mm512_castps_pd(_mm512_loadu_ps(x + 48));
             double *d = xp + 2 * s * 16 * n + t;
             /* half 0: pairs 0-3 and 8-11 (rows k 0-7), 16-19 and 24-27 (k
              * 8-15), the low 256 bits of each 8-pair vector; half 1 the high */
