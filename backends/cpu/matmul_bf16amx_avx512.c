@@ -15,8 +15,9 @@
  * vector units do nothing per weight.
  *
  * Layout. C += A B with A = 16 weight rows x 32 bf16, B = 16 column pairs
- * x n tokens (bf16(x) interleaved by token, made once a call by
- * matmul_prep.c: j->b16b, [cols / 2][n] pairs) and C = 16 rows x n tokens.
+ * x n tokens (bf16(x) interleaved by token, made once a call:
+ * dsr1_mm_bf16_gv_fill, j->b16b, [cols / 2][n] pairs) and C = 16 rows x n
+ * tokens.
  * A last group of m < 16 rows runs on tiles configured for m rows (a tile
  * load of 16 would read past the matrix).
  *
@@ -30,6 +31,26 @@
 
 #include <immintrin.h>
 #include <string.h>
+
+/* B for 32-column steps [k0, k1) of every token: pair p of token t at
+ * p n + t, bf16 rounded as dsr1_mm_bf16_rows_avx512 rounds (to nearest
+ * even). A step's 16 pair rows (64 n bytes) stay in L1 while every token
+ * goes in, and threads split the steps, not the tokens, whose dwords
+ * share cache lines; before, it was made token by token from bf16(x)'s
+ * rows (each line of it visited n times from L2). */
+void dsr1_mm_bf16_gv_fill(const dsr1_mm_job *j, int64_t k0, int64_t k1)
+{
+    const int n = j->n;
+    uint32_t *b = (uint32_t *)j->b16b;
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32(n));
+    for (int64_t k = k0; k < k1; k++)
+        for (int t = 0; t < n; t++) {
+            const float *x = j->x + (int64_t)t * j->ldx + 32 * k;
+            const __m512i v = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + 16), _mm512_loadu_ps(x));
+            _mm512_i32scatter_epi32(b + 16 * k * n + t, idx, v, 4);
+        }
+}
 
 /* Each row's line this many bytes ahead, into L2 (past the row's end: the
  * same row of the next 16). */

@@ -315,6 +315,7 @@ void dsr1_mm_rows_fp8_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1);
  * exact dot, the same bits for a token whatever n and the thread count
  * (matmul_bf16amx_avx512.c). */
 void dsr1_mm_rows_bf16_gv_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1);
+void dsr1_mm_bf16_gv_fill(const dsr1_mm_job *j, int64_t k0, int64_t k1);
 size_t dsr1_mm_fp8_amx_prep_bytes(int n, int64_t cols);
 const float *dsr1_mm_fp8_amx_prep(void *mem);
 void dsr1_mm_fp8_amx_fill(const dsr1_mm_job *j, int64_t s0, int64_t s1);

@@ -77,8 +77,8 @@ size_t dsr1_mm_prep_bytes(const dsr1_mm_job *j, int avx)
 {
     if (j->fp8amx) return dsr1_mm_fp8_amx_prep_bytes(j->n, j->w->cols);
     if (j->act == DSR1_ACT_BF16 && j->w->type == DSR1_T_FP8_E4M3) return 0; /* x' per task */
-    if (j->act == DSR1_ACT_BF16) /* bf16(x), and for the tiles its token interleave */
-        return (size_t)j->n * (size_t)j->ldxb * 2 * (j->b16gv ? 2 : 1);
+    if (j->act == DSR1_ACT_BF16) /* bf16(x), or for the tiles its pairs interleaved by token */
+        return (size_t)j->n * (size_t)j->ldxb * 2;
     if (j->rq)
         return rq_tab_offset(j) + sizeof(dsr1_mm_rq_tab) +
                (want_xt(j, avx) ? xt_bytes(j) + (size_t)j->ldg * (size_t)((j->n + 15) & ~15) * sizeof(float) : 0);
@@ -101,10 +101,6 @@ static void fill_rows(const dsr1_mm_job *j, int t0, int t1, int avx, int avx2)
         uint16_t *xb = (uint16_t *)j->xb + t0 * j->ldxb;
         if (avx) {
             dsr1_mm_bf16_rows_avx512(x, j->ldx, n, cols, xb, j->ldxb);
-            if (j->b16gv) /* the tiles' B: pair p of token t at p * n + t */
-                for (int t = 0; t < n; t++)
-                    for (int64_t p = 0; p < cols / 2; p++)
-                        memcpy((uint32_t *)j->b16b + p * j->n + t0 + t, xb + t * j->ldxb + 2 * p, 4);
             return;
         }
         for (int t = 0; t < n; t++) {
@@ -178,9 +174,12 @@ int dsr1_mm_prep(dsr1_mm_job *j, void *mem, int avx, int avx2)
         return 1;
     }
     if (j->act == DSR1_ACT_BF16 && j->w->type == DSR1_T_FP8_E4M3) return 0; /* x' per task */
+    if (j->b16gv) { /* the tiles' B alone (dsr1_mm_bf16_gv_fill) */
+        j->b16b = mem;
+        return 1;
+    }
     if (j->act == DSR1_ACT_BF16) {
         j->xb = mem;
-        if (j->b16gv) j->b16b = (const uint32_t *)(m + (size_t)j->n * (size_t)j->ldxb * 2);
         return 1;
     }
     if (j->act != DSR1_ACT_INT8 && !j->rq) return 0;
@@ -229,9 +228,11 @@ static void fill_task_run(void *ctx, int task, int ntasks)
 {
     (void)ntasks;
     const fill_task *f = ctx;
-    if (f->j->fp8amx) { /* 64-column steps of every token (dsr1_mm_fp8_amx_fill) */
-        const int64_t steps = f->j->w->cols / 64, s0 = (int64_t)task * f->per;
-        if (s0 < steps) dsr1_mm_fp8_amx_fill(f->j, s0, s0 + f->per < steps ? s0 + f->per : steps);
+    if (f->j->fp8amx || f->j->b16gv) { /* column steps of every token */
+        const int64_t steps = f->j->w->cols / (f->j->fp8amx ? 64 : 32), s0 = (int64_t)task * f->per;
+        const int64_t s1 = s0 + f->per < steps ? s0 + f->per : steps;
+        if (s0 < s1 && f->j->fp8amx) dsr1_mm_fp8_amx_fill(f->j, s0, s1);
+        else if (s0 < s1) dsr1_mm_bf16_gv_fill(f->j, s0, s1);
         return;
     }
     int t0 = task * f->per, t1 = t0 + f->per < f->j->n ? t0 + f->per : f->j->n;
@@ -247,11 +248,12 @@ void dsr1_mm_fill_all(dsr1_pool *p, const dsr1_mm_job *j, int avx, int avx2)
     int nth = p ? dsr1_pool_size(p) : 1;
     if (nth < 2 || (int64_t)j->n * j->w->cols < (1 << 16)) {
         if (j->fp8amx) dsr1_mm_fp8_amx_fill(j, 0, j->w->cols / 64);
+        else if (j->b16gv) dsr1_mm_bf16_gv_fill(j, 0, j->w->cols / 32);
         else fill_rows(j, 0, j->n, avx, avx2);
         return;
     }
-    if (j->fp8amx) { /* by steps: the tokens of a step share cache lines */
-        const int steps = (int)(j->w->cols / 64), per = (steps + nth - 1) / nth;
+    if (j->fp8amx || j->b16gv) { /* by steps: the tokens of a step share cache lines */
+        const int steps = (int)(j->w->cols / (j->fp8amx ? 64 : 32)), per = (steps + nth - 1) / nth;
         fill_task f = {j, per, avx, avx2};
         dsr1_pool_run(p, fill_task_run, &f, (steps + per - 1) / per);
         return;
