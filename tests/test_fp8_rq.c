@@ -178,7 +178,8 @@ DSR1_TEST(fp8_rq_avx512_matches_scalar)
 
 /* y of the fast INT8 mode on FP8 against what it must equal: W8A8 on the
  * requantised matrix (rq) or the BF16 path (the plain INT8 mode) - except
- * the calls of 2 to 12 tokens a pool with AMX runs on its tiles
+ * the calls of DSR1_MM_FP8_AMX_MIN_N to _MAX_N tokens (1 to 32) a pool
+ * with AMX runs on its tiles
  * (dsr1_mm_rows_fp8_amx, not the canonical order), which
  * amx_fp8_gemv_fast_within_rounding (test_amx.c) holds to a rounding
  * bound instead. */

@@ -300,8 +300,8 @@ void dsr1_mm_rows_int8g_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1);
  * stripes under 32 rows go to the lanes kernel. */
 void dsr1_mm_rows_bf16_amx(const dsr1_mm_job *j, int64_t r0, int64_t r1);
 /* FP8 weights (scale blocks and columns multiples of 64) at
- * DSR1_MM_FP8_AMX_MIN_N to _MAX_N tokens in the fast mode (j->fp8amx): the codes decoded by byte
- * tables (VBMI) into tiles, x' = bf16(x * block scale) of each row block
+ * DSR1_MM_FP8_AMX_MIN_N to _MAX_N tokens in the fast mode (j->fp8amx):
+ * the codes decoded by byte tables (VBMI) into tiles, x' = bf16(x * block scale) of each row block
  * as the other operand (tdpbf16ps). Not the canonical order: within
  * float32 rounding of the exact dot of the bf16 operands, the same bits
  * for a token whatever n and the thread count (matmul_fp8amx_avx512.c).

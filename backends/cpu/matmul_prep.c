@@ -10,7 +10,6 @@
 #include "matmul_impl.h"
 
 #include <math.h>
-#include <string.h>
 
 /* ---- preparing the activations -------------------------------------------- */
 
