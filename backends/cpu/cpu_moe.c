@@ -35,7 +35,7 @@
  * call. Same bits: the same kernels on a different pool. Measured (R1
  * shapes, 32 experts, Zen 5, 2 threads, the two paths alternated within
  * one process, medians of 4 each): prefill 512 FP8 +4%, INT8 +7%, INT4
- * +4%; prefill 16 INT8 +2%, FP8 +14% (README, Performance).
+ * +4%; prefill 16 INT8 +2%, FP8 +14% (PERFORMANCE.md).
  * Decode steps (fewer tokens) keep every expert's matmuls split over all
  * threads - 8 experts of one token are too few to balance thread by
  * thread - but run them all at once (by_batch): every gate+up in one pool

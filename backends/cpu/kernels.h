@@ -66,7 +66,7 @@ int dsr1_pool_reserve(dsr1_pool *p, size_t bytes, dsr1_error *err);
 /* Write one byte of every 4 KiB page of mem, so its page faults happen
  * now (a workspace's creation) rather than in its first request: in a VM
  * a fault can cost tens of microseconds, and a fresh R1 workspace's
- * first 512-token prefill touched ~200 MB (README, Performance). The
+ * first 512-token prefill touched ~200 MB (PERFORMANCE.md). The
  * reserve above touches what it reserves. */
 void dsr1_touch(void *mem, size_t bytes);
 

@@ -47,7 +47,7 @@
  * dots, a 16-lane convert and fma per group, row and token) 512 tokens
  * took 2.0-2.1x this kernel's time on R1's shapes (Zen 4, 2 threads;
  * 2.2-3.0x in one thread's CPU time); W4A8 is now 1.2-1.3x faster than
- * W8A8 there, and vpdpbusd is most of its profile (README, Performance). */
+ * W8A8 there, and vpdpbusd is most of its profile (PERFORMANCE.md). */
 /* W4_TB (and I8L_TB below): 512 tokens, so that a prefill chunk of 512
  * builds each code panel once instead of three times (at 192, the value
  * before); the accumulators of a block (64 KB) then live in L2, read and
