@@ -1314,7 +1314,7 @@ static void panel_chunk(const dsr1_mm_job *j, int64_t r, int pr, int64_t c0, int
  * eight rows side by side, as ik_llama.cpp's BF16 GEMV reads them, each
  * 32-column step's weights loaded as the vdpbf16ps operand directly (the
  * bits load32 gives by widening to f32 and rounding back), the lines
- * asked for 2 KiB ahead into L2 as tile_prefetch does. The order is
+ * asked for into L2 by tile_prefetch (2 KiB ahead along the row). The order is
  * mk_fused's: per 2048-column chunk one accumulator a row, its lane sum
  * added to the row's total chunk by chunk, so the same bits as the
  * portable kernel (kernels_bf16_gemv_matches_portable). Measured in the
@@ -1336,7 +1336,31 @@ static void panel_chunk(const dsr1_mm_job *j, int64_t r, int pr, int64_t c0, int
  * alternating the two over 2.9 GB of BF16 matrices (the LM head, 24
  * expert shapes, three 7168x16384) in one process, 2 threads, 21 passes
  * each, two runs: medians 28.4 -> 32.6 and 26.3 -> 30.0 GB/s, fastest
- * passes 35.9 -> 36.5 and 31.3 -> 34.5. On Zen 4 it won (above). */
+ * passes 35.9 -> 36.5 and 31.3 -> 34.5. On Zen 4 it won (above).
+ *
+ * Rows shorter than a 4 KiB page always take the software prefetch
+ * (dsr1_mm_bf16_gv_swpf), asked for whole 8-row groups ahead
+ * (tile_pf_make: the same row of a later group, never a line this group
+ * is reading now), whatever the decoder chose: q_b (1536 columns, 3 KiB
+ * rows) and MLA's per-head matrices (256 B and 1 KiB rows). The hardware
+ * prefetcher follows 4 KiB pages, and with several short rows of one
+ * page read side by side it fell behind: in one process on the Emerald
+ * Rapids Xeon (2 threads, 2 MiB pages, the variants alternated pass by
+ * pass), twelve 24576x1536 matrices read 1.03-1.25x as fast this way as
+ * with the hardware prefetcher alone (24.1-32.1 against 23.2-27.0 GB/s,
+ * six passes), where the 2 KiB-along-the-row prefetch before it read
+ * 0.86-0.95x, its lines for most of a row falling in the next row of the
+ * same group; 24 layers' per-head matrices (two threads, each its heads'
+ * 512x128 and 128x512 calls, as the attention runs them) took 9.3-13.5 /
+ * 10.8-13.5 us a call against 13.0-18.3 / 13.0-14.1 with the hardware
+ * prefetcher (five passes). In the model (R1-shape BF16 file, `bench
+ * --prompt 1 --gen 32`, a per-shape timing build, the builds alternated,
+ * three rounds): q_b 23.1 / 25.7 / 22.8 -> 27.7 / 26.1 / 26.9 GB/s, the
+ * per-head calls 15.8 / 15.2 / 17.6 -> 11.8 / 13.6 / 12.3 us (512x128)
+ * and 14.3 / 12.6 / 14.9 -> 11.4 / 12.3 / 11.7 (128x512): about 2 ms of
+ * a ~185 ms step. Rows of a page or more keep the decoder's choice: at
+ * 7168x2048 (4 KiB rows) the hardware prefetcher read 1.02-2.3x the
+ * software one (six passes). */
 #define BF16_GV_ROWS 8
 INLINE void bf16_gemv_rows(const int rt, const int pf, const uint16_t *w, int64_t cols,
                            const uint16_t *xb, float *y)
@@ -1344,6 +1368,7 @@ INLINE void bf16_gemv_rows(const int rt, const int pf, const uint16_t *w, int64_
     float tot[BF16_GV_ROWS] = {0};
     for (int64_t c0 = 0; c0 < cols; c0 += DSR1_MM_KC_BF16) {
         const int64_t len = cols - c0 < DSR1_MM_KC_BF16 ? cols - c0 : DSR1_MM_KC_BF16;
+        const tile_pf tp = tile_pf_make(rt, cols * 2, c0 * 2);
         __m512 acc[BF16_GV_ROWS];
 #pragma GCC unroll 8
         for (int a = 0; a < rt; a++) acc[a] = _mm512_setzero_ps();
@@ -1352,7 +1377,7 @@ INLINE void bf16_gemv_rows(const int rt, const int pf, const uint16_t *w, int64_
 #pragma GCC unroll 8
             for (int a = 0; a < rt; a++) {
                 const uint16_t *p = w + a * cols + k;
-                if (pf) _mm_prefetch((const char *)p + TILE_PF, _MM_HINT_T1);
+                if (pf) tile_prefetch((const uint8_t *)p, (k - c0) * 2, tp);
                 acc[a] = _mm512_dpbf16_ps(acc[a], (__m512bh)_mm512_loadu_si512(p), xv);
             }
         }
@@ -1371,12 +1396,12 @@ static void bf16_gemv(const dsr1_mm_job *j, int64_t r0, int64_t r1)
     const uint16_t *w = j->w->data;
     const int64_t cols = j->w->cols;
     int64_t r = r0;
-    if (j->hwpf)
-        for (; r + BF16_GV_ROWS <= r1; r += BF16_GV_ROWS)
-            bf16_gemv_rows(BF16_GV_ROWS, 0, w + r * cols, cols, j->xb, j->y + r);
-    else
+    if (dsr1_mm_bf16_gv_swpf(cols, j->hwpf))
         for (; r + BF16_GV_ROWS <= r1; r += BF16_GV_ROWS)
             bf16_gemv_rows(BF16_GV_ROWS, 1, w + r * cols, cols, j->xb, j->y + r);
+    else
+        for (; r + BF16_GV_ROWS <= r1; r += BF16_GV_ROWS)
+            bf16_gemv_rows(BF16_GV_ROWS, 0, w + r * cols, cols, j->xb, j->y + r);
     for (; r < r1; r++) bf16_gemv_rows(1, 1, w + r * cols, cols, j->xb, j->y + r);
 }
 

@@ -441,6 +441,18 @@ void dsr1_mm_w4_prep_avx2(const int8_t *xq, int64_t ldxq, int n, int64_t cols, i
 void dsr1_mm_fp8_requant_row_avx2(const dsr1_wmat *w, int64_t r, int8_t *q, float *s,
                                   const dsr1_mm_rq_tab *t);
 
+/* Whether the one-token BF16 GEMV (matmul_avx512.c, bf16_gemv) asks for
+ * its weight lines ahead itself: when the decoder chose so (hwpf 0), and
+ * always for rows shorter than a 4 KiB page, which the hardware
+ * prefetcher follows badly when several are read side by side (q_b, MLA's
+ * per-head matrices; the figures are at bf16_gemv). Speed only: the same
+ * bits either way. */
+#define DSR1_MM_BF16_GV_SHORT 4096
+static inline int dsr1_mm_bf16_gv_swpf(int64_t cols, int hwpf)
+{
+    return !hwpf || cols * 2 < DSR1_MM_BF16_GV_SHORT;
+}
+
 /* ---- scalar pieces both kernels agree on ---------------------------------- */
 
 static inline float dsr1_mm_hsum16(const float *v)
