@@ -1314,8 +1314,8 @@ static void panel_chunk(const dsr1_mm_job *j, int64_t r, int pr, int64_t c0, int
  * eight rows side by side, as ik_llama.cpp's BF16 GEMV reads them, each
  * 32-column step's weights loaded as the vdpbf16ps operand directly (the
  * bits load32 gives by widening to f32 and rounding back), the lines
- * asked for into L2 by tile_prefetch (2 KiB ahead along the row). The order is
- * mk_fused's: per 2048-column chunk one accumulator a row, its lane sum
+ * asked for into L2 by tile_prefetch (2 KiB ahead along the row). The
+ * order is mk_fused's: per 2048-column chunk one accumulator a row, its lane sum
  * added to the row's total chunk by chunk, so the same bits as the
  * portable kernel (kernels_bf16_gemv_matches_portable). Measured in the
  * model, where the kernel harness had misled (the R1-shape BF16 file,
