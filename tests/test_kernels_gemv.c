@@ -87,12 +87,12 @@ DSR1_TEST(kernels_bf16_gemv_short_rows_prefetch)
 {
     const int64_t shorts[] = {128, 512, 1536, 2016}, longs[] = {2048, 7168, 16384};
     for (size_t i = 0; i < sizeof shorts / sizeof *shorts; i++) {
-        CHECKF(dsr1_mm_bf16_gv_swpf(shorts[i], 0), "%lld columns, hwpf 0: no prefetch", (long long)shorts[i]);
-        CHECKF(dsr1_mm_bf16_gv_swpf(shorts[i], 1), "%lld columns (rows under 4 KiB), hwpf 1: left to the hardware",
+        CHECKF(dsr1_mm_bf16_gemv_swpf(shorts[i], 0), "%lld columns, hwpf 0: no prefetch", (long long)shorts[i]);
+        CHECKF(dsr1_mm_bf16_gemv_swpf(shorts[i], 1), "%lld columns (rows under 4 KiB), hwpf 1: left to the hardware",
                (long long)shorts[i]);
     }
     for (size_t i = 0; i < sizeof longs / sizeof *longs; i++) {
-        CHECKF(dsr1_mm_bf16_gv_swpf(longs[i], 0), "%lld columns, hwpf 0: no prefetch", (long long)longs[i]);
-        CHECKF(!dsr1_mm_bf16_gv_swpf(longs[i], 1), "%lld columns, hwpf 1: prefetched anyway", (long long)longs[i]);
+        CHECKF(dsr1_mm_bf16_gemv_swpf(longs[i], 0), "%lld columns, hwpf 0: no prefetch", (long long)longs[i]);
+        CHECKF(!dsr1_mm_bf16_gemv_swpf(longs[i], 1), "%lld columns, hwpf 1: prefetched anyway", (long long)longs[i]);
     }
 }

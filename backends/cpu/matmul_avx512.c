@@ -1339,7 +1339,7 @@ static void panel_chunk(const dsr1_mm_job *j, int64_t r, int pr, int64_t c0, int
  * passes 35.9 -> 36.5 and 31.3 -> 34.5. On Zen 4 it won (above).
  *
  * Rows shorter than a 4 KiB page always take the software prefetch
- * (dsr1_mm_bf16_gv_swpf), asked for whole 8-row groups ahead
+ * (dsr1_mm_bf16_gemv_swpf), asked for whole 8-row groups ahead
  * (tile_pf_make: the same row of a later group, never a line this group
  * is reading now), whatever the decoder chose: q_b (1536 columns, 3 KiB
  * rows) and MLA's per-head matrices (256 B and 1 KiB rows). The hardware
@@ -1396,7 +1396,7 @@ static void bf16_gemv(const dsr1_mm_job *j, int64_t r0, int64_t r1)
     const uint16_t *w = j->w->data;
     const int64_t cols = j->w->cols;
     int64_t r = r0;
-    if (dsr1_mm_bf16_gv_swpf(cols, j->hwpf))
+    if (dsr1_mm_bf16_gemv_swpf(cols, j->hwpf))
         for (; r + BF16_GV_ROWS <= r1; r += BF16_GV_ROWS)
             bf16_gemv_rows(BF16_GV_ROWS, 1, w + r * cols, cols, j->xb, j->y + r);
     else

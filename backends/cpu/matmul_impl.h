@@ -447,10 +447,10 @@ void dsr1_mm_fp8_requant_row_avx2(const dsr1_wmat *w, int64_t r, int8_t *q, floa
  * prefetcher follows badly when several are read side by side (q_b, MLA's
  * per-head matrices; the figures are at bf16_gemv). Speed only: the same
  * bits either way. */
-#define DSR1_MM_BF16_GV_SHORT 4096
-static inline int dsr1_mm_bf16_gv_swpf(int64_t cols, int hwpf)
+#define DSR1_MM_BF16_GEMV_SHORT 4096
+static inline int dsr1_mm_bf16_gemv_swpf(int64_t cols, int hwpf)
 {
-    return !hwpf || cols * 2 < DSR1_MM_BF16_GV_SHORT;
+    return !hwpf || cols * 2 < DSR1_MM_BF16_GEMV_SHORT;
 }
 
 /* ---- scalar pieces both kernels agree on ---------------------------------- */
